@@ -1,0 +1,44 @@
+# InferenceBackend — top-level entry points. `make demo` and `make test` are the two commands a fresh machine needs.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Heavy things (control-plane binaries, llama-server, engine environments) live here, keyed by version.
+export IB_CACHE ?= $(HOME)/.cache/inference-backend
+
+# Each mk/*.mk adds its own targets and appends to TEST_TARGETS / DEMO_TARGETS.
+TEST_TARGETS := lint unit
+-include mk/*.mk
+
+.PHONY: help venv lint unit test demo crds clean
+help:
+	@echo "make demo   - set up and run the demo"
+	@echo "make test   - lint, unit tests, contract tests and e2e tests"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	@echo ">> creating $(VENV) (python deps for the operator, CLI and tests)"
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev,operator,fetch]'
+	touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(PY) -m pytest -q tests
+
+crds: venv
+	$(PY) -m inference_backend.api.crd --write crds/
+
+test: $(TEST_TARGETS)
+	@echo ">> make test: all of $(TEST_TARGETS) passed"
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
