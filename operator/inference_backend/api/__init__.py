@@ -1,0 +1,23 @@
+"""The InferenceBackend and Model API (serving.inferencebackend.io/v1alpha1) as pydantic models.
+
+The CRD YAML in ``crds/`` is generated from these models by :mod:`inference_backend.api.crd`.
+"""
+
+from inference_backend.api.common import API_VERSION, GROUP, VERSION
+from inference_backend.api.inferencebackend import (
+    InferenceBackend,
+    InferenceBackendSpec,
+    InferenceBackendStatus,
+)
+from inference_backend.api.model import Model, ModelSpec
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "VERSION",
+    "InferenceBackend",
+    "InferenceBackendSpec",
+    "InferenceBackendStatus",
+    "Model",
+    "ModelSpec",
+]

@@ -1,0 +1,211 @@
+"""Generate the CustomResourceDefinitions in ``crds/`` from the pydantic models.
+
+Pydantic emits JSON Schema (draft 2020-12); Kubernetes wants a structural OpenAPI v3.0 schema. This module inlines
+``$ref``s, folds ``Optional`` (``anyOf`` with null) into the plain type, turns ``int | str`` into
+``x-kubernetes-int-or-string``, free-form maps into ``x-kubernetes-preserve-unknown-fields`` and numeric
+``exclusiveMinimum`` into the OpenAPI 3.0 boolean form. ``python -m inference_backend.api.crd --write crds/``
+rewrites the files; a unit test fails when they differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inference_backend.api.common import GROUP, VERSION
+from inference_backend.api.inferencebackend import InferenceBackendSpec, InferenceBackendStatus
+from inference_backend.api.model import ModelSpec
+
+_KEEP = {
+    "type", "description", "default", "enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength",
+    "minItems", "maxItems", "items", "properties", "required", "additionalProperties", "exclusiveMinimum",
+    "exclusiveMaximum", "x-kubernetes-validations", "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+}  # fmt: skip
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        target = dict(defs[node["$ref"].split("/")[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        return {**target, **extra}  # the field's own description and default win over the class's
+    return node
+
+
+def to_openapi(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Convert one pydantic JSON-schema node to a structural OpenAPI v3.0 node."""
+    node = _resolve(node, defs)
+    if "anyOf" in node:
+        branches = [_resolve(b, defs) for b in node["anyOf"] if b.get("type") != "null"]
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        types = sorted(b.get("type", "") for b in branches)
+        if types == ["integer", "string"]:
+            node = {**rest, "x-kubernetes-int-or-string": True}
+        elif len(branches) == 1:
+            node = {**branches[0], **{k: v for k, v in rest.items() if k != "default" or v is not None}}
+        else:  # pragma: no cover - the models avoid other unions
+            raise ValueError(f"cannot express union {node['anyOf']} in a structural schema")
+    if "const" in node:
+        node = {**node, "enum": [node.pop("const")]}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key not in _KEEP or (key == "default" and value is None):
+            continue
+        if key == "properties":
+            out[key] = {name: to_openapi(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out[key] = to_openapi(value, defs)
+        elif key == "additionalProperties":
+            if value is True or value == {}:
+                out["x-kubernetes-preserve-unknown-fields"] = True
+            elif value is not False:
+                out[key] = to_openapi(value, defs)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            bound = "minimum" if key == "exclusiveMinimum" else "maximum"
+            out[bound], out[key] = value, True
+        else:
+            out[key] = value
+    if "description" in out:
+        out["description"] = " ".join(out["description"].split())
+    if out.get("type") == "array" and "default" not in out and "items" in out:
+        out.setdefault("x-kubernetes-list-type", "atomic")
+    return out
+
+
+def schema_of(model: type[Any]) -> dict[str, Any]:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return to_openapi(raw, raw.get("$defs", {}))
+
+
+def _conditions_as_map(status: dict[str, Any]) -> None:
+    conditions = status["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+
+
+def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[str, Any],
+         columns: list[dict[str, Any]], description: str) -> dict[str, Any]:  # fmt: skip
+    schema = {
+        "type": "object",
+        "description": description,
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "API version of the object."},
+            "kind": {"type": "string", "description": "Kind of the object."},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "inference-backend"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short],
+                "categories": ["inference-backend"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                }
+            ],
+        },
+    }
+
+
+def _column(name: str, path: str, kind: str = "string", priority: int = 0, description: str = "") -> dict[str, Any]:
+    col: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
+    if priority:
+        col["priority"] = priority
+    if description:
+        col["description"] = description
+    return col
+
+
+def inference_backend_crd() -> dict[str, Any]:
+    status = schema_of(InferenceBackendStatus)
+    _conditions_as_map(status)
+    columns = [
+        _column("Backend", ".status.backend", description="The engine chosen"),
+        _column("Phase", ".status.phase", description="Pending, Deploying, Ready, Degraded or Failed"),
+        _column("Ready", ".status.ready", description="readyReplicas/replicas"),
+        _column("Endpoint", ".status.endpoint", description="In-cluster URL"),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+        _column("GPU", ".status.decision.placement.gpuProduct", priority=1, description="GPU product"),
+        _column("TP", ".status.decision.placement.tensorParallelSize", "integer", 1, "Tensor-parallel size"),
+    ]
+    return _crd(
+        "InferenceBackend", "inferencebackends", "ib", schema_of(InferenceBackendSpec), status, columns,
+        "InferenceBackend serves one model with the engine the operator selects (vLLM, TGI, llama.cpp, "
+        "ONNX Runtime or PyTorch) and says why in status.decision.",
+    )  # fmt: skip
+
+
+def model_crd() -> dict[str, Any]:
+    columns = [
+        _column("Format", ".spec.format"),
+        _column("Parameters", ".spec.parameters"),
+        _column("Architecture", ".spec.architecture"),
+        _column("Tokenizer", ".spec.tokenizer.family"),
+        _column("Age", ".metadata.creationTimestamp", "date"),
+    ]
+    status = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": "Unused for now.",
+    }
+    return _crd(
+        "Model", "models", "mdl", schema_of(ModelSpec), status, columns,
+        "Model is an entry of the model registry: what a model is, so the operator can size it, pick an "
+        "engine for it and check a draft model against it.",
+    )  # fmt: skip
+
+
+def render_all() -> dict[str, str]:
+    """File name -> YAML text of every CRD."""
+    header = "# Generated by `python -m inference_backend.api.crd --write crds/`. Do not edit.\n"
+    docs = {
+        f"{GROUP}_inferencebackends.yaml": inference_backend_crd(),
+        f"{GROUP}_models.yaml": model_crd(),
+    }
+    return {name: header + yaml.safe_dump(doc, sort_keys=True, width=120) for name, doc in docs.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--write", metavar="DIR", help="write the CRD files into DIR (default: print them)")
+    args = parser.parse_args(argv)
+    files = render_all()
+    if args.write:
+        out = Path(args.write)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text)
+            print(f"wrote {out / name}")
+    else:
+        sys.stdout.write("---\n".join(files.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

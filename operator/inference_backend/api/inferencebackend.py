@@ -1,0 +1,325 @@
+"""The InferenceBackend kind: one served model, its objectives and how to serve it."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from inference_backend.api.common import (
+    DNS_LABEL_PATTERN,
+    GGUF_QUANTIZATIONS,
+    PARAMETERS_PATTERN,
+    URI_PATTERN,
+    ApiModel,
+    Condition,
+    DType,
+    EnvVar,
+    Format,
+    Quantization,
+    ResourceRequirements,
+    Toleration,
+    sub,
+)
+from inference_backend.api.model import ObjectMeta
+
+Backend = Literal["auto", "vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
+Engine = Literal["vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
+Strategy = Literal["auto", "static", "dynamic", "continuous"]
+Phase = Literal["Pending", "Deploying", "Ready", "Degraded", "Failed"]
+_KV_Q_MESSAGE = "kvCache.dtype q8_0 and q4_0 are llama.cpp cache types: backend must be llamacpp or auto"
+_GGUF_LIST = "[" + ", ".join(f"'{q}'" for q in sorted(GGUF_QUANTIZATIONS)) + "]"
+
+
+class ModelSource(ApiModel):
+    """The model to serve: a registered Model (modelRef), inline facts (uri and the rest), or both (inline facts
+    override the registered ones)."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {"rule": "has(self.modelRef) || has(self.uri)", "message": "set model.modelRef or model.uri"},
+                {
+                    "rule": "!has(self.quantization) || !(self.quantization in " + _GGUF_LIST + ")"
+                    " || !has(self.format) || self.format == 'gguf'",
+                    "message": "model.quantization is a GGUF type: model.format must be gguf",
+                },
+            ]
+        }
+    }
+    model_ref: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=253)
+    """Name of a Model in the same namespace."""
+    uri: str | None = Field(default=None, pattern=URI_PATTERN)
+    """Where the weights are: hf://org/name, s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://image,
+    https://host/file."""
+    format: Format | None = None
+    """Weight format: safetensors, gguf, onnx or pytorch (inferred from the uri where it is plain)."""
+    architecture: str | None = None
+    """Hugging Face architecture class, e.g. LlamaForCausalLM."""
+    parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN)
+    """Parameter count: 350M, 1.5B, 8B, 70B. Needed to size the model."""
+    dtype: DType | None = None
+    """Weight dtype: float32, float16, bfloat16, fp8, int8 or int4."""
+    quantization: Quantization | None = None
+    """Weight quantization: none, awq, gptq, fp8, int8, bitsandbytes, or a GGUF type (q4_k_m, q8_0, ...)."""
+    context_length: int | None = Field(default=None, ge=1)
+    """Maximum context length in tokens served (the engine's max model length)."""
+    served_name: str | None = None
+    """Name clients send in OpenAI-style requests (default: the InferenceBackend's name)."""
+    credentials_secret: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=253)
+    """Name of a Secret with the token for the model store (key HF_TOKEN for hf://, AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY for s3://, GOOGLE_APPLICATION_CREDENTIALS_JSON for gs://). Never inline tokens."""
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> ModelSource:  # mirrors the CEL rules above, for the offline CLI
+        if self.model_ref is None and self.uri is None:
+            raise ValueError("set model.modelRef or model.uri")
+        if self.quantization in GGUF_QUANTIZATIONS and self.format not in (None, "gguf"):
+            raise ValueError("model.quantization is a GGUF type: model.format must be gguf")
+        return self
+
+
+class Objectives(ApiModel):
+    """What the selection tree balances. Absent fields are not targets."""
+
+    ttft_millis: int | None = Field(default=None, ge=1)
+    """Target p95 time to first token, in milliseconds."""
+    tokens_per_second: int | None = Field(default=None, ge=1)
+    """Target aggregate output tokens per second per replica."""
+    concurrency: int | None = Field(default=None, ge=1)
+    """Expected concurrent requests per replica."""
+
+
+class Hardware(ApiModel):
+    """Where the model may run."""
+
+    accelerator: Literal["auto", "gpu", "cpu"] = "auto"
+    """auto (a GPU when one fits, else CPU), gpu or cpu."""
+    gpu_products: list[str] = Field(default_factory=list)
+    """Preferred nvidia.com/gpu.product values, most preferred first."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels the engine pod must match (also restricts the nodes the selection considers)."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Tolerations for the engine pod (tainted nodes are candidates only when tolerated)."""
+
+
+class Batching(ApiModel):
+    """How requests are batched. Absent sizes take the engine's defaults."""
+
+    strategy: Strategy = "auto"
+    """auto (the best the engine has: continuous, then dynamic, then static), static, dynamic or continuous."""
+    max_batch_size: int | None = Field(default=None, ge=1, le=65536)
+    """Sequences in one batch."""
+    max_batch_tokens: int | None = Field(default=None, ge=1)
+    """Tokens in one forward pass (prefill budget)."""
+    max_wait_millis: int | None = Field(default=None, ge=0, le=60000)
+    """Dynamic batching window: how long to wait for more requests before running a batch."""
+
+
+class KVCache(ApiModel):
+    """KV cache sizing."""
+
+    memory_fraction: float = Field(default=0.9, gt=0, le=1)
+    """Share of accelerator (or node) memory the engine may take for weights and KV cache, in (0, 1]."""
+    block_size: int = Field(default=16, ge=1, le=256)
+    """PagedAttention block size in tokens, where the engine has blocks."""
+    dtype: Literal["auto", "fp8", "float16", "bfloat16", "q8_0", "q4_0"] = "auto"
+    """KV cache dtype: auto (the model's), fp8, float16, bfloat16, or the llama.cpp types q8_0 and q4_0."""
+    cpu_offload_gi_b: float = Field(default=0, ge=0, alias="cpuOffloadGiB")
+    """CPU memory for KV offload/swap, in GiB (0 = none)."""
+
+
+class PrefixCache(ApiModel):
+    """Reuse of the KV cache of shared prompt prefixes."""
+
+    enabled: bool = True
+    """Reuse the KV cache of shared prompt prefixes (on by default)."""
+
+
+class SpeculativeDecoding(ApiModel):
+    """Speculative decoding: a draft proposes tokens, the target verifies them in one pass."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.method != 'draft' || has(self.draftModelRef)",
+                    "message": "speculativeDecoding.draftModelRef is required when method is draft",
+                },
+            ]
+        }
+    }
+    draft_model_ref: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=253)
+    """A registered Model used as the draft; it must share tokenizer and vocabulary with the target."""
+    num_speculative_tokens: int = Field(default=5, ge=1, le=16)
+    """Draft tokens verified per step (the verification block), 1 to 16."""
+    method: Literal["draft", "ngram"] = "draft"
+    """draft (a draft model) or ngram (prompt lookup, no draft model)."""
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> SpeculativeDecoding:
+        if self.method == "draft" and self.draft_model_ref is None:
+            raise ValueError("speculativeDecoding.draftModelRef is required when method is draft")
+        return self
+
+
+class EngineOverrides(ApiModel):
+    """Escape hatches, applied last and validated: an extra arg may not repeat a flag the operator sets."""
+
+    image: str = ""
+    """Override the engine image (default: the pinned image of the chosen engine)."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Extra engine arguments appended after the rendered ones."""
+    env: list[EnvVar] = Field(default_factory=list)
+    """Extra environment variables for the engine container."""
+
+
+class InferenceBackendSpec(ApiModel):
+    """The desired serving of one model."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(self.kvCache.dtype in ['q8_0', 'q4_0']) || self.backend in ['auto', 'llamacpp']",
+                    "message": _KV_Q_MESSAGE,
+                },
+                {
+                    "rule": "self.hardware.accelerator != 'cpu' || !(self.backend in ['vllm', 'tgi'])",
+                    "message": "backend vllm and tgi need a GPU: hardware.accelerator cannot be cpu",
+                },
+            ]
+        }
+    }
+
+    model: ModelSource
+    """The model to serve."""
+    backend: Backend = "auto"
+    """auto (let the selection tree decide), vllm, tgi, llamacpp, onnxruntime or pytorch. An explicit backend is
+    honoured or refused with reasons, never replaced."""
+    objectives: Objectives = sub(Objectives)
+    """Latency and throughput targets the selection balances."""
+    hardware: Hardware = sub(Hardware)
+    """Hardware preferences and scheduling constraints."""
+    batching: Batching = sub(Batching)
+    """Request batching."""
+    kv_cache: KVCache = sub(KVCache)
+    """KV cache sizing."""
+    prefix_cache: PrefixCache = sub(PrefixCache)
+    """Prefix caching."""
+    speculative_decoding: SpeculativeDecoding | None = None
+    """Speculative decoding; absent means off."""
+    replicas: int = Field(default=1, ge=0, le=1000)
+    """Engine replicas."""
+    engine: EngineOverrides = sub(EngineOverrides)
+    """Escape hatches for the engine container."""
+    resources: ResourceRequirements | None = None
+    """Override the engine container's requests/limits (default: derived from the decision)."""
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> InferenceBackendSpec:
+        if self.kv_cache.dtype in ("q8_0", "q4_0") and self.backend not in ("auto", "llamacpp"):
+            raise ValueError(_KV_Q_MESSAGE)
+        if self.hardware.accelerator == "cpu" and self.backend in ("vllm", "tgi"):
+            raise ValueError("backend vllm and tgi need a GPU: hardware.accelerator cannot be cpu")
+        return self
+
+
+class Rejection(ApiModel):
+    """A candidate engine that was not chosen."""
+
+    backend: Engine
+    """The engine."""
+    reason: str
+    """Why it was not chosen."""
+
+
+class Placement(ApiModel):
+    """Where and how wide one replica runs."""
+
+    accelerator: Literal["gpu", "cpu"] | None = None
+    """gpu or cpu."""
+    gpu_product: str | None = None
+    """nvidia.com/gpu.product of the chosen nodes."""
+    gpus_per_replica: int = 0
+    """GPUs per replica (0 on CPU)."""
+    tensor_parallel_size: int = 0
+    """Tensor-parallel degree (equals gpusPerReplica; 0 on CPU)."""
+    gpu_resource: str | None = None
+    """Extended resource requested: nvidia.com/gpu, or nvidia.com/mig-<profile> for MIG slices."""
+    nodes: int = 0
+    """How many candidate nodes have this hardware."""
+
+
+class MemoryReport(ApiModel):
+    """The memory-fit arithmetic, in GiB."""
+
+    weights_gi_b: float = Field(alias="weightsGiB")
+    """Model weights (plus draft weights when speculating)."""
+    kv_cache_gi_b: float = Field(alias="kvCacheGiB")
+    """Memory left for the KV cache after weights and overhead."""
+    required_gi_b: float = Field(alias="requiredGiB")
+    """Weights + overhead + the KV cache of one full-context sequence."""
+    available_gi_b: float = Field(alias="availableGiB")
+    """memoryFraction x the memory of the GPUs of one replica (or of the node, on CPU)."""
+
+
+class Decision(ApiModel):
+    """The selection's outcome and how it got there."""
+
+    reasons: list[str] = Field(default_factory=list)
+    """The decision path, in order."""
+    rejected: list[Rejection] = Field(default_factory=list)
+    """Candidates not chosen, each with its reason."""
+    placement: Placement | None = None
+    """Hardware of one replica."""
+    memory: MemoryReport | None = None
+    """Memory fit of one replica."""
+    batching: str | None = None
+    """The batching strategy in effect."""
+    unsupported: list[str] = Field(default_factory=list)
+    """Requested features the chosen engine lacks, and what is done instead."""
+
+
+class InferenceBackendStatus(ApiModel):
+    """Observed state, written by the operator only."""
+
+    observed_generation: int | None = None
+    """The metadata.generation last reconciled."""
+    phase: Phase | None = None
+    """Pending, Deploying, Ready, Degraded or Failed."""
+    backend: str | None = None
+    """The engine chosen."""
+    decision: Decision | None = None
+    """Why this engine and placement."""
+    endpoint: str | None = None
+    """In-cluster URL of the OpenAI-compatible API."""
+    replicas: int | None = None
+    """Desired replicas."""
+    ready_replicas: int | None = None
+    """Replicas ready to serve."""
+    ready: str | None = None
+    """readyReplicas/replicas, for kubectl get."""
+    spec_hash: str | None = None
+    """Hash of the rendered pod template last applied."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """BackendSelected, Fits, SpeculativeDecoding and Ready."""
+
+
+class InferenceBackend(ApiModel):
+    """One served model (kind InferenceBackend, short name ib)."""
+
+    KIND: ClassVar[str] = "InferenceBackend"
+    api_version: Literal["serving.inferencebackend.io/v1alpha1"] = "serving.inferencebackend.io/v1alpha1"
+    """API version."""
+    kind: Literal["InferenceBackend"] = "InferenceBackend"
+    """Kind."""
+    metadata: ObjectMeta
+    """Standard object metadata."""
+    spec: InferenceBackendSpec
+    """Desired state."""
+    status: InferenceBackendStatus | None = None
+    """Observed state."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.wire()

@@ -1,0 +1,80 @@
+"""The Model kind: an entry of the model registry (ModelRegistry)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from inference_backend.api.common import (
+    PARAMETERS_PATTERN,
+    URI_PATTERN,
+    ApiModel,
+    DType,
+    Format,
+    Quantization,
+)
+
+
+class Tokenizer(ApiModel):
+    """Tokenizer identity: a draft model must share it with its target."""
+
+    family: str = Field(min_length=1)
+    """Tokenizer identity: a family name (llama3, llama2, qwen2, mistral) or a hash of tokenizer.json."""
+    vocab_size: int = Field(ge=1)
+    """Vocabulary size (number of token ids)."""
+
+
+class ModelSpec(ApiModel):
+    """What a model is, so the operator can size it, pick an engine and check a draft model against it."""
+
+    uri: str = Field(pattern=URI_PATTERN)
+    """Where the weights are: hf://org/name, s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://image,
+    https://host/file."""
+    format: Format | None = None
+    """Weight format: safetensors, gguf, onnx or pytorch. Inferred from the uri when it ends in .gguf, .onnx,
+    .pt or .bin; otherwise safetensors."""
+    architecture: str | None = None
+    """Hugging Face architecture class, e.g. LlamaForCausalLM, Qwen2ForCausalLM."""
+    parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN)
+    """Parameter count: 350M, 1.5B, 8B, 70B."""
+    dtype: DType | None = None
+    """Weight dtype: float32, float16, bfloat16, fp8, int8 or int4."""
+    quantization: Quantization | None = None
+    """Weight quantization: none, awq, gptq, fp8, int8, bitsandbytes, or a GGUF type such as q4_k_m or q8_0."""
+    context_length: int | None = Field(default=None, ge=1)
+    """Maximum context length in tokens."""
+    tokenizer: Tokenizer | None = None
+    """Tokenizer identity, needed to accept the model as a speculative-decoding draft or target."""
+    layers: int | None = Field(default=None, ge=1)
+    """Transformer layers (num_hidden_layers), for KV cache sizing."""
+    kv_heads: int | None = Field(default=None, ge=1)
+    """Key/value heads (num_key_value_heads), for KV cache sizing."""
+    head_dim: int | None = Field(default=None, ge=1)
+    """Dimension of one attention head, for KV cache sizing."""
+
+
+class ObjectMeta(ApiModel):
+    """The part of metav1.ObjectMeta the operator reads."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+    name: str
+    """Object name."""
+    namespace: str | None = None
+    """Object namespace."""
+
+
+class Model(ApiModel):
+    """A registered model (kind Model, short name mdl)."""
+
+    KIND: ClassVar[str] = "Model"
+    api_version: Literal["serving.inferencebackend.io/v1alpha1"] = "serving.inferencebackend.io/v1alpha1"
+    """API version."""
+    kind: Literal["Model"] = "Model"
+    """Kind."""
+    metadata: ObjectMeta
+    """Standard object metadata."""
+    spec: ModelSpec
+    """The model's facts."""
+    status: dict[str, Any] | None = None
+    """Unused for now."""

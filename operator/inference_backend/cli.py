@@ -1,0 +1,91 @@
+"""The ``inference-backend`` command: offline ``select`` and ``render`` for GitOps pre-merge checks and tests.
+
+Exit status: 0 when every input is satisfiable, 3 when one is not, 2 for invalid input (the message names the
+field; no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from inference_backend.api import InferenceBackend
+from inference_backend.facts import group_nodes
+from inference_backend.manifests import ManifestError, load, registry
+from inference_backend.selection import Decision, InvalidSpec, select
+
+EXIT_OK, EXIT_INVALID, EXIT_UNSATISFIABLE = 0, 2, 3
+
+
+def _inputs(args: argparse.Namespace) -> tuple[list[InferenceBackend], list, dict]:  # type: ignore[type-arg]
+    ibs, models, _ = load(args.file)
+    if not ibs:
+        raise ManifestError(f"{args.file}: no InferenceBackend found")
+    _, _, nodes = load(args.nodes)
+    for path in args.models or []:
+        models += load(path)[1]
+    return ibs, models, group_nodes(nodes)
+
+
+def _decide(ib: InferenceBackend, models: list, cluster: dict) -> Decision:  # type: ignore[type-arg]
+    namespace = ib.metadata.namespace or "default"
+    try:
+        return select(ib.spec, cluster, registry(models, namespace))
+    except InvalidSpec as exc:
+        raise ManifestError(f"InferenceBackend {ib.metadata.name}: {exc}") from exc
+
+
+def format_text(name: str, decision: Decision) -> str:
+    lines = [f"InferenceBackend {name}: " + (f"backend {decision.backend}" if decision.backend else "NOT SATISFIABLE")]
+    lines += [f"  {i}. {r}" for i, r in enumerate(decision.reasons, 1)]
+    if decision.rejected:
+        lines.append("  rejected:")
+        lines += [f"    - {b}: {r}" for b, r in decision.rejected]
+    if decision.unsupported:
+        lines.append("  not supported by the engine:")
+        lines += [f"    - {u}" for u in decision.unsupported]
+    return "\n".join(lines)
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    ibs, models, cluster = _inputs(args)
+    status = EXIT_OK
+    for ib in ibs:
+        decision = _decide(ib, models, cluster)
+        if not decision.satisfiable:
+            status = EXIT_UNSATISFIABLE
+        if args.output == "json":
+            obj = {"name": ib.metadata.name, "namespace": ib.metadata.namespace or "default", **decision.to_json()}
+            print(json.dumps(obj, sort_keys=True))
+        else:
+            print(format_text(ib.metadata.name, decision))
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inference-backend", description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sel = sub.add_parser("select", help="run the selection tree on InferenceBackend manifests against a node list")
+    for p in (sel,):
+        p.add_argument("-f", "--file", required=True, help="YAML with InferenceBackend(s) (and optionally Models)")
+        p.add_argument("--nodes", required=True, help="a kind: List of v1 Nodes, as `kubectl get nodes -o yaml`")
+        p.add_argument("--models", action="append", help="YAML with Model objects (repeatable)")
+    sel.add_argument("-o", "--output", choices=("json", "text"), default="text")
+    sel.set_defaults(func=cmd_select)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ManifestError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

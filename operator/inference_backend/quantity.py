@@ -1,0 +1,58 @@
+"""Parsing of human and Kubernetes quantities: parameter counts ("8B") and resource quantities ("64Gi", "15900m")."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+PARAMETERS_PATTERN = r"^[0-9]+(\.[0-9]+)?[KMBT]$"
+_PARAM_SCALE = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+
+# Kubernetes resource.Quantity suffixes (k8s.io/apimachinery/pkg/api/resource/suffix.go).
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "P": Decimal(10**15),
+    "E": Decimal(10**18),
+}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+
+def parse_parameters(text: str) -> int:
+    """Parse a parameter count such as ``350M``, ``1.5B`` or ``8B`` into a number of parameters."""
+    text = text.strip()
+    if not re.match(PARAMETERS_PATTERN, text):
+        raise ValueError(f"{text!r} is not a parameter count such as 350M, 1.5B or 70B")
+    return int(Decimal(text[:-1]) * _PARAM_SCALE[text[-1]])
+
+
+def parse_quantity(value: str | int | float) -> Decimal:
+    """Parse a Kubernetes resource quantity into a plain Decimal (``"64Gi"`` -> 68719476736)."""
+    if isinstance(value, int | float):
+        return Decimal(str(value))
+    match = _QUANTITY.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        base = Decimal(number)
+    except InvalidOperation as exc:  # pragma: no cover - the regex already constrains it
+        raise ValueError(f"{value!r} is not a Kubernetes quantity") from exc
+    if suffix in _BINARY:
+        return base * _BINARY[suffix]
+    return base * _DECIMAL[suffix]
+
+
+GIB = 2**30
+
+
+def gib(nbytes: float) -> float:
+    """Bytes to GiB, rounded to 0.1 for reports."""
+    return round(nbytes / GIB, 1)

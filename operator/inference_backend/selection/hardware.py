@@ -1,0 +1,61 @@
+"""Which hardware classes the spec may use: scheduling constraints applied once per class, not per node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inference_backend.api.inferencebackend import Hardware
+from inference_backend.facts import ClusterFacts, HardwareClass, tolerates
+
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class UsableClass:
+    hardware: HardwareClass
+    nodes: int
+
+
+def _selector_matches(selector: dict[str, str], cls: HardwareClass, names: tuple[str, ...]) -> int:
+    """How many nodes of the class match the nodeSelector (hostname is per node, so it is matched by name)."""
+    labels = cls.label_map()
+    rest = {k: v for k, v in selector.items() if k != "kubernetes.io/hostname"}
+    if any(labels.get(k) != v for k, v in rest.items()):
+        return 0
+    host = selector.get("kubernetes.io/hostname")
+    return len(names) if host is None else sum(1 for n in names if n == host)
+
+
+def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[UsableClass], list[str]]:
+    """The classes a pod of this spec can be scheduled on, sorted (stable), and reasons for the ones left out."""
+    tolerations = [t.wire() for t in hardware.tolerations]
+    usable: list[UsableClass] = []
+    left_out: dict[str, int] = {}
+    notes: list[str] = []
+    for cls in sorted(cluster):
+        names = cluster[cls]
+        if not cls.ready:
+            left_out["NotReady"] = left_out.get("NotReady", 0) + len(names)
+            continue
+        if not cls.schedulable:
+            left_out["unschedulable (cordoned)"] = left_out.get("unschedulable (cordoned)", 0) + len(names)
+            continue
+        blocking = [t for t in cls.taints if t.effect in _BLOCKING_EFFECTS and not tolerates(tolerations, t)]
+        if blocking:
+            t = blocking[0]
+            why = f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect} (not tolerated)"
+            left_out[why] = left_out.get(why, 0) + len(names)
+            continue
+        matching = _selector_matches(hardware.node_selector, cls, names)
+        if matching == 0:
+            left_out["not matching hardware.nodeSelector"] = left_out.get(
+                "not matching hardware.nodeSelector", 0
+            ) + len(names)
+            continue
+        usable.append(UsableClass(cls, matching))
+        notes.extend(cls.notes)
+    total = sum(len(n) for n in cluster.values())
+    summary = f"{sum(u.nodes for u in usable)} of {total} nodes usable"
+    if left_out:
+        summary += "; left out: " + ", ".join(f"{n} {why}" for why, n in sorted(left_out.items()))
+    return usable, [summary, *notes]

@@ -1,0 +1,232 @@
+"""The selection decision tree: spec + node facts + catalog -> Decision, with every step's reason recorded.
+
+Steps, in order (each appends to the decision path):
+1. resolve the model (registered Model + inline facts; format, dtype, shape inferred where plain);
+2. filter engines by weight format, then by quantization;
+3. honour an explicit ``spec.backend`` or refuse it (never replace it);
+4. keep the hardware classes the pod can be scheduled on (Ready, schedulable, taints tolerated, nodeSelector);
+5. check the draft model for speculative decoding (registered, tokenizer, vocabulary, architecture, size);
+6. per engine, every placement that fits in memory, with estimated TTFT/throughput and objective misses;
+   under ``accelerator: auto`` GPU placements win over CPU ones when any fits;
+7. rank engines by (objectives missed, requested features the engine lacks, catalog order) and the placements of
+   the winner by (gpuProducts preference, objectives missed, GFD-labelled GPU, draft kept, fewest GPUs,
+   smallest GPU memory, faster GPU, product name, hardware class). Python's sort is stable and every key ends in a total order, so
+   the same input always gives the same Decision whatever the order of the nodes.
+8. resolve batching, prefix cache, KV cache dtype and speculation on the chosen engine, reporting what it lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.api.model import ModelSpec
+from inference_backend.catalog import CATALOG, ENGINES, Capabilities
+from inference_backend.facts import ClusterFacts
+from inference_backend.quantity import gib
+from inference_backend.selection.decision import (
+    Batching,
+    Decision,
+    InvalidSpec,
+    Memory,
+    ResolvedModel,
+    Speculation,
+)
+from inference_backend.selection.hardware import usable_classes
+from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
+from inference_backend.selection.options import Option, engine_options, serving_dtype
+
+
+def _describe_model(m: ResolvedModel) -> str:
+    q = "" if m.quantization == "none" else f", {m.quantization}"
+    return f"model: {m.parameters / 1e9:.2f}B parameters, {m.format}, {m.dtype}{q}, context {m.context_length}"
+
+
+def _draft(spec: InferenceBackendSpec, model: ResolvedModel, registry: Mapping[str, ModelSpec]
+           ) -> tuple[ResolvedModel | None, str]:  # fmt: skip
+    """The draft model when method is draft and it is compatible with the target; else None and why."""
+    sd = spec.speculative_decoding
+    if sd is None or sd.method != "draft" or sd.draft_model_ref is None:
+        return None, ""
+    try:
+        draft = resolve_draft(sd.draft_model_ref, registry)
+    except InvalidSpec as exc:
+        return None, f"draft model {sd.draft_model_ref}: {exc.message}"
+    why = draft_incompatibility(model, draft)
+    return (None, f"draft {sd.draft_model_ref} rejected: {why}") if why else (draft, "")
+
+
+def _lacks(caps: Capabilities, spec: InferenceBackendSpec, draft: ResolvedModel | None) -> list[str]:
+    """Requested features the engine does not have natively (counted when ranking engines)."""
+    lacks: list[str] = []
+    strategy = spec.batching.strategy
+    if strategy != "auto" and strategy not in caps.batching:
+        lacks.append(f"batching.strategy {strategy}: {caps.name} has no {strategy} batching; "
+                     f"{caps.batching[0]} batching used instead")  # fmt: skip
+    sd = spec.speculative_decoding
+    if sd is not None and sd.method not in caps.speculative:
+        lacks.append(f"speculativeDecoding.method {sd.method}: {caps.name} has no {sd.method} speculation; off")
+    elif sd is not None and sd.method == "draft" and draft is not None and draft.format not in caps.formats:
+        lacks.append(f"speculativeDecoding: draft format {draft.format} is not one {caps.name} loads; off")
+    if spec.prefix_cache.enabled and not caps.prefix_cache:
+        lacks.append(f"prefixCache: {caps.name} has no prefix cache")
+    if spec.kv_cache.dtype != "auto" and spec.kv_cache.dtype not in caps.kv_dtypes:
+        lacks.append(f"kvCache.dtype {spec.kv_cache.dtype}: not a {caps.name} KV cache type; the model dtype is used")
+    if spec.kv_cache.cpu_offload_gi_b > 0 and caps.name != "vllm":
+        lacks.append(f"kvCache.cpuOffloadGiB: {caps.name} has no KV offload to CPU; ignored")
+    return lacks
+
+
+def select(spec: InferenceBackendSpec, cluster: ClusterFacts, registry: Mapping[str, ModelSpec]) -> Decision:
+    """Run the decision tree. Raises InvalidSpec (naming the field) when the spec itself must change."""
+    model, reasons = resolve_model(spec.model, registry)
+    reasons.append(_describe_model(model))
+    rejected: dict[str, str] = {}
+    for engine in ENGINES:
+        caps = CATALOG[engine]
+        if model.format not in caps.formats:
+            rejected[engine] = f"format {model.format} is not one it serves ({', '.join(sorted(caps.formats))})"
+        elif model.quantization not in caps.quantizations:
+            rejected[engine] = f"quantization {model.quantization} is not one it runs"
+    candidates = [e for e in ENGINES if e not in rejected]
+    reasons.append(f"format {model.format}, quantization {model.quantization}: candidates "
+                   f"{', '.join(candidates) or 'none'}")  # fmt: skip
+
+    def refuse(why: str) -> Decision:
+        return Decision(None, tuple([*reasons, why]), tuple(rejected.items()), model=model)
+
+    if spec.backend != "auto":
+        if spec.backend in rejected:
+            return refuse(f"backend {spec.backend} requested but {rejected[spec.backend]}; not replaced")
+        for engine in candidates:
+            if engine != spec.backend:
+                rejected[engine] = f"not requested (spec.backend is {spec.backend})"
+        candidates = [spec.backend]
+        reasons.append(f"backend {spec.backend} requested explicitly")
+    if not candidates:
+        return refuse("no engine serves this model format and quantization")
+
+    usable, hw_notes = usable_classes(spec.hardware, cluster)
+    reasons.extend(hw_notes)
+    accel = spec.hardware.accelerator
+    gpu_classes = [u for u in usable if u.hardware.has_gpu] if accel != "cpu" else []
+    cpu_only = [u for u in usable if not u.hardware.has_gpu]
+    cpu_classes = (cpu_only or usable) if accel != "gpu" else []
+    if cpu_classes and not cpu_only:
+        reasons.append("no CPU-only node: CPU placements considered on GPU nodes")
+
+    draft, draft_why = _draft(spec, model, registry)
+    if draft_why:
+        reasons.append(draft_why)
+
+    best: dict[str, Option] = {}
+    all_options: dict[str, list[Option]] = {}
+    for engine in candidates:
+        options, why = engine_options(engine, spec, model, draft, gpu_classes, cpu_classes)
+        if not options:
+            rejected[engine] = why
+            continue
+        all_options[engine] = options
+    if accel == "auto" and any(o.placement.gpu for opts in all_options.values() for o in opts):
+        for engine, opts in list(all_options.items()):
+            gpu_opts = [o for o in opts if o.placement.gpu is not None]
+            if gpu_opts:
+                all_options[engine] = gpu_opts
+            else:
+                rejected[engine] = "runs on CPU only here, and a GPU placement fits (hardware.accelerator: auto)"
+                del all_options[engine]
+        reasons.append("hardware.accelerator auto: a GPU placement fits, so GPU placements are preferred")
+    prefs = spec.hardware.gpu_products
+    for engine, opts in all_options.items():
+        best[engine] = sorted(opts, key=lambda o: o.sort_key(prefs))[0]
+    if not best:
+        reasons.append("no engine has a placement that fits: " + "; ".join(f"{e}: {rejected[e]}" for e in candidates))
+        return Decision(None, tuple(reasons), tuple(rejected.items()), model=model)
+
+    lacks = {e: _lacks(CATALOG[e], spec, draft) for e in best}
+    order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), ENGINES.index(e)))
+    winner = order[0]
+    choice = best[winner]
+    for engine in order[1:]:
+        rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
+    reasons.append(f"ranked by (objectives missed, features lacking, catalog order): {', '.join(order)}")
+    return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected)
+
+
+def _ranked_below(winner: str, w: Option, w_lacks: list[str], o: Option, o_lacks: list[str]) -> str:
+    if len(o.misses) > len(w.misses):
+        return f"ranked below {winner}: {'; '.join(o.misses)}"
+    if len(o_lacks) > len(w_lacks):
+        return f"ranked below {winner}: lacks {'; '.join(o_lacks)}"
+    return f"ranked below {winner}: catalog order (equal on objectives and features)"
+
+
+def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None, draft_why: str,
+            choice: Option, lacks: list[str], reasons: list[str], rejected: dict[str, str]) -> Decision:  # fmt: skip
+    engine = choice.engine
+    caps = CATALOG[engine]
+    p = choice.placement
+    reasons.append(f"chosen: {engine} on {p.describe()}, {p.nodes} node(s) with this hardware")
+    _, dtype_notes = serving_dtype(engine, model, p.gpu)
+    reasons.extend(dtype_notes)
+    fit = choice.fit
+    reasons.append(
+        f"memory per replica: weights {gib(fit.weights)} GiB + overhead {gib(fit.overhead)} GiB + "
+        f"one {model.context_length}-token sequence {gib(fit.min_kv)} GiB = {gib(fit.required)} GiB "
+        f"<= {gib(fit.available)} GiB available; KV cache {gib(fit.kv_cache)} GiB "
+        f"({choice.kv_per_token / 1024:.0f} KiB/token, {choice.kv_sequences} full-context sequences)"
+    )
+    reasons.append(
+        f"estimated TTFT {choice.ttft_ms:.0f} ms, {choice.tokens_per_second:.0f} tokens/s per replica "
+        f"(profile {engine}/{p.accelerator}, an estimate until benchmarked)"
+    )
+    reasons.extend(f"objective not met: {m}" for m in choice.misses)
+    strategy = spec.batching.strategy
+    resolved = strategy if strategy in caps.batching else caps.batching[0]
+    reasons.append(f"batching: {resolved}" + (" (auto)" if strategy == "auto" else ""))
+    unsupported = list(lacks)
+    if resolved == "continuous" and spec.batching.max_wait_millis is not None:
+        unsupported.append("batching.maxWaitMillis: continuous batching admits requests every step; ignored")
+    prefix = spec.prefix_cache.enabled and caps.prefix_cache
+    reasons.append(f"prefix cache: {'on' if prefix else 'off'}")
+    kv_dtype = spec.kv_cache.dtype if spec.kv_cache.dtype in caps.kv_dtypes else "auto"
+    speculation = _speculation(spec, draft, draft_why, choice, caps)
+    reasons.append(f"speculative decoding: {'on' if speculation.enabled else 'off'} ({speculation.reason})")
+    b = spec.batching
+    return Decision(
+        backend=engine,
+        reasons=tuple(reasons),
+        rejected=tuple(rejected.items()),
+        placement=p,
+        memory=Memory(fit.weights, fit.kv_cache, fit.required, fit.available, choice.kv_per_token),
+        batching=Batching(resolved, b.max_batch_size, b.max_batch_tokens, b.max_wait_millis),
+        prefix_cache=prefix,
+        speculation=speculation,
+        unsupported=tuple(unsupported),
+        model=model,
+        serving_dtype=choice.serving_dtype,
+        kv_cache_dtype=kv_dtype,
+        estimate={
+            "ttftMillis": round(choice.ttft_ms, 1),
+            "tokensPerSecond": round(choice.tokens_per_second, 1),
+        },
+    )
+
+
+def _speculation(spec: InferenceBackendSpec, draft: ResolvedModel | None, draft_why: str, choice: Option,
+                 caps: Capabilities) -> Speculation:  # fmt: skip
+    sd = spec.speculative_decoding
+    if sd is None:
+        return Speculation(False, "not requested")
+    if sd.method not in caps.speculative:
+        return Speculation(False, f"{caps.name} has no {sd.method} speculation")
+    if sd.method == "ngram":
+        return Speculation(True, "n-gram prompt lookup", "ngram", sd.num_speculative_tokens)
+    if draft is None:
+        return Speculation(False, draft_why)
+    if draft.format not in caps.formats:
+        return Speculation(False, f"draft format {draft.format} is not one {caps.name} loads")
+    if not choice.speculate:
+        return Speculation(False, "the draft model does not fit beside the target")
+    return Speculation(True, f"draft {draft.model_ref} shares the target's tokenizer", "draft",
+                       sd.num_speculative_tokens, draft)  # fmt: skip
