@@ -9,7 +9,7 @@ Missing or partial labels never raise: a GPU node without GFD labels gets conser
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from inference_backend.quantity import parse_quantity
@@ -60,7 +60,8 @@ class HardwareClass:
     ready: bool = True
     taints: tuple[Taint, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
-    notes: tuple[str, ...] = field(default=(), compare=False)
+    notes: tuple[str, ...] = ()
+    """What was assumed or ignored while parsing (no node names, so equal nodes share one class)."""
 
     @property
     def has_gpu(self) -> bool:
@@ -77,7 +78,7 @@ def _int(value: Any, default: int | None = None) -> int | None:
         return default
 
 
-def _gpu_facts(name: str, labels: Mapping[str, str], alloc: Mapping[str, Any]) -> tuple[list[GPUFacts], list[str]]:
+def _gpu_facts(labels: Mapping[str, str], alloc: Mapping[str, Any]) -> tuple[list[GPUFacts], list[str]]:
     notes: list[str] = []
     gpus: list[GPUFacts] = []
     compute = None
@@ -94,28 +95,28 @@ def _gpu_facts(name: str, labels: Mapping[str, str], alloc: Mapping[str, Any]) -
         mem = _int(labels.get(f"nvidia.com/mig-{profile}.memory"))
         if mem is None:
             mem = _mig_profile_memory_mib(profile)
-            notes.append(f"node {name}: no memory label for MIG profile {profile}; taking {mem} MiB from its name")
+            notes.append(f"no memory label for MIG profile {profile}; taking {mem} MiB from its name")
         product = f"{labels.get('nvidia.com/gpu.product', 'unknown')}-MIG-{profile}"
         gpus.append(GPUFacts(product, mem, count, resource, compute, mig=True))
     count = _int(alloc.get(GPU_RESOURCE), 0) or 0
     if count <= 0 and not gpus and "nvidia.com/gpu.product" in labels:
-        notes.append(f"node {name}: GFD labels present but no allocatable nvidia.com/gpu (device plugin not ready?)")
+        notes.append("GFD labels present but no allocatable nvidia.com/gpu (device plugin not ready?)")
     if count > 0:
         gfd_product = labels.get("nvidia.com/gpu.product")
         mem = _int(labels.get("nvidia.com/gpu.memory"))
         labelled = gfd_product is not None and mem is not None
         if gfd_product is None:
-            notes.append(f"node {name}: {count} GPU(s) without GFD labels (nvidia.com/gpu.product)")
+            notes.append(f"{count} GPU(s) without GFD labels (nvidia.com/gpu.product)")
         if mem is None:
             mem = UNLABELLED_GPU_MEMORY_MIB
-            notes.append(f"node {name}: no nvidia.com/gpu.memory label; assuming {mem} MiB per GPU (conservative)")
+            notes.append(f"no nvidia.com/gpu.memory label; assuming {mem} MiB per GPU (conservative)")
         if compute is None:
             compute = UNLABELLED_GPU_COMPUTE
-            notes.append(f"node {name}: no compute capability label; assuming {compute[0]}.{compute[1]}")
+            notes.append(f"no compute capability label; assuming {compute[0]}.{compute[1]}")
         mig = labels.get("nvidia.com/mig.strategy") == "single" and "MIG" in (gfd_product or "")
         labelled_count = _int(labels.get("nvidia.com/gpu.count"))
         if labelled_count is not None and labelled_count != count:
-            notes.append(f"node {name}: nvidia.com/gpu.count={labelled_count} but {count} allocatable; using {count}")
+            notes.append(f"nvidia.com/gpu.count={labelled_count} but {count} allocatable; using {count}")
         gpus.append(GPUFacts(gfd_product or "unknown", mem, count, GPU_RESOURCE, compute, mig=mig, labelled=labelled))
     return gpus, notes
 
@@ -127,7 +128,7 @@ def _mig_profile_memory_mib(profile: str) -> int:
 
 
 def _ready(node: Mapping[str, Any]) -> bool:
-    for cond in node.get("status", {}).get("conditions") or []:
+    for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
             return bool(cond.get("status") == "True")
     return False
@@ -145,9 +146,9 @@ def hardware_class(node: Mapping[str, Any]) -> tuple[str, HardwareClass]:
         cpu = int(parse_quantity(alloc.get("cpu", 0)) * 1000)
         memory = int(parse_quantity(alloc.get("memory", 0)))
     except ValueError as exc:
-        notes.append(f"node {name}: unreadable allocatable cpu/memory ({exc}); treating as 0")
+        notes.append(f"unreadable allocatable cpu/memory ({exc}); treating as 0")
         cpu, memory = 0, 0
-    gpus, gpu_notes = _gpu_facts(name, labels, alloc)
+    gpus, gpu_notes = _gpu_facts(labels, alloc)
     taints = tuple(
         sorted(
             Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))

@@ -26,6 +26,13 @@ def _selector_matches(selector: dict[str, str], cls: HardwareClass, names: tuple
     return len(names) if host is None else sum(1 for n in names if n == host)
 
 
+def _nodes(names: tuple[str, ...]) -> str:
+    if len(names) == 1:
+        return f"node {names[0]}"
+    more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
+    return f"nodes {', '.join(names[:3])}{more}"
+
+
 def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[UsableClass], list[str]]:
     """The classes a pod of this spec can be scheduled on, sorted (stable), and reasons for the ones left out."""
     tolerations = [t.wire() for t in hardware.tolerations]
@@ -53,7 +60,7 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
             ) + len(names)
             continue
         usable.append(UsableClass(cls, matching))
-        notes.extend(cls.notes)
+        notes.extend(f"{_nodes(names)}: {note}" for note in cls.notes)
     total = sum(len(n) for n in cluster.values())
     summary = f"{sum(u.nodes for u in usable)} of {total} nodes usable"
     if left_out:

@@ -1,0 +1,89 @@
+"""The CRDs in crds/ are generated from the pydantic models and must stay equal to the generator's output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from inference_backend.api.crd import inference_backend_crd, model_crd, render_all
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_crds_directory_equals_generator_output() -> None:
+    files = render_all()
+    for name, text in files.items():
+        path = ROOT / "crds" / name
+        assert path.exists(), f"{path} missing: run `make crds`"
+        assert path.read_text() == text, f"{path} is stale: run `make crds`"
+    assert sorted(p.name for p in (ROOT / "crds").glob("*.yaml")) == sorted(files)
+
+
+def _walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = [(path, schema)]
+    for name, sub in (schema.get("properties") or {}).items():
+        out += _walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        out += _walk(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        out += _walk(schema["additionalProperties"], f"{path}{{}}")
+    return out
+
+
+def _schema(crd: dict[str, Any]) -> dict[str, Any]:
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_every_field_has_a_description_and_a_type() -> None:
+    for crd in (inference_backend_crd(), model_crd()):
+        for path, node in _walk(_schema(crd)):
+            if path in (".metadata",) or path.endswith("{}") or (path.endswith("[]") and node["type"] != "object"):
+                continue
+            assert node.get("description"), f"{crd['spec']['names']['kind']}{path} has no description"
+            assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
+            assert "anyOf" not in node and "$ref" not in node, f"{path} is not structural"
+
+
+def test_defaults_enums_and_bounds() -> None:
+    spec = _schema(inference_backend_crd())["properties"]["spec"]["properties"]
+    assert spec["backend"]["default"] == "auto"
+    assert spec["backend"]["enum"] == ["auto", "vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
+    assert spec["prefixCache"]["default"] == {} and spec["prefixCache"]["properties"]["enabled"]["default"] is True
+    frac = spec["kvCache"]["properties"]["memoryFraction"]
+    assert frac == {**frac, "minimum": 0, "exclusiveMinimum": True, "maximum": 1, "default": 0.9}
+    nst = spec["speculativeDecoding"]["properties"]["numSpeculativeTokens"]
+    assert (nst["minimum"], nst["maximum"]) == (1, 16)
+    assert "cpuOffloadGiB" in spec["kvCache"]["properties"]
+    assert spec["resources"]["properties"]["limits"]["additionalProperties"]["x-kubernetes-int-or-string"]
+
+
+def test_cel_rules() -> None:
+    spec = _schema(inference_backend_crd())["properties"]["spec"]
+    rules = [r["rule"] for r in spec["properties"]["model"]["x-kubernetes-validations"]]
+    assert "has(self.modelRef) || has(self.uri)" in rules
+    sd = spec["properties"]["speculativeDecoding"]["x-kubernetes-validations"]
+    assert sd[0]["rule"] == "self.method != 'draft' || has(self.draftModelRef)"
+    assert len(spec["x-kubernetes-validations"]) == 2
+
+
+def test_names_columns_and_status_subresource() -> None:
+    ib = inference_backend_crd()
+    version = ib["spec"]["versions"][0]
+    assert ib["spec"]["names"]["shortNames"] == ["ib"]
+    assert model_crd()["spec"]["names"]["shortNames"] == ["mdl"]
+    assert version["subresources"] == {"status": {}}
+    names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
+    assert names == ["Backend", "Phase", "Ready", "Endpoint", "Age"]
+    status = _schema(ib)["properties"]["status"]["properties"]
+    assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
+    assert {"phase", "backend", "decision", "endpoint", "replicas", "readyReplicas", "observedGeneration"} <= set(
+        status
+    )
+
+
+def test_crd_yaml_is_loadable() -> None:
+    for text in render_all().values():
+        doc = yaml.safe_load(text)
+        assert doc["kind"] == "CustomResourceDefinition"

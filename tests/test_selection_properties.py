@@ -1,0 +1,104 @@
+"""Property-based invariants of the selection tree (hypothesis)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from factories import GPUS, MODELS, cluster, node, spec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from inference_backend.catalog import CATALOG
+from inference_backend.selection import select
+
+gpu_kinds = st.sampled_from([None, *GPUS])
+node_st = st.builds(
+    lambda i, gpu, count, ready, cordon, taint, gfd: node(
+        f"n{i}", gpu, count, ready=ready, unschedulable=cordon, gfd=gfd,
+        taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if taint else None,
+    ),
+    st.integers(0, 10_000), gpu_kinds, st.sampled_from([1, 2, 4, 8]), st.booleans(), st.booleans(), st.booleans(),
+    st.booleans(),
+)  # fmt: skip
+nodes_st = st.lists(node_st, max_size=8, unique_by=lambda n: n["metadata"]["name"])
+
+spec_st = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(
+            [
+                {"modelRef": "llama-3-1-8b"},
+                {"modelRef": "llama-3-1-70b"},
+                {"modelRef": "qwen-0-5b"},
+                {"modelRef": "llama-3-2-3b-gguf"},
+                {"uri": "s3://b/m.onnx", "parameters": "3B"},
+                {"uri": "pvc://c/m.pt", "parameters": "350M"},
+                {"uri": "hf://x/awq", "parameters": "8B", "quantization": "awq"},
+            ]
+        ),
+        "backend": st.sampled_from(["auto", "vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]),
+        "hardware": st.fixed_dictionaries(
+            {
+                "accelerator": st.sampled_from(["auto", "gpu", "cpu"]),
+                "tolerations": st.sampled_from([[], [{"operator": "Exists"}]]),
+            }
+        ),
+        "objectives": st.fixed_dictionaries(
+            {}, optional={"ttftMillis": st.integers(1, 5000), "concurrency": st.integers(1, 256)}
+        ),
+        "batching": st.fixed_dictionaries({"strategy": st.sampled_from(["auto", "static", "dynamic", "continuous"])}),
+        "kvCache": st.fixed_dictionaries({"memoryFraction": st.sampled_from([0.5, 0.9, 1.0])}),
+    },
+    optional={"speculativeDecoding": st.sampled_from([{"draftModelRef": "llama-3-2-1b"}, {"method": "ngram"}])},
+)
+
+
+def _valid(raw: dict[str, Any]) -> bool:
+    return not (raw["hardware"]["accelerator"] == "cpu" and raw["backend"] in ("vllm", "tgi"))
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(spec_st, nodes_st, st.randoms(use_true_random=False))
+def test_node_order_does_not_matter(raw: dict[str, Any], nodes: list[dict[str, Any]], rnd: random.Random) -> None:
+    if not _valid(raw):
+        return
+    s = spec(**raw)
+    shuffled = list(nodes)
+    rnd.shuffle(shuffled)
+    assert select(s, cluster(*nodes), MODELS) == select(s, cluster(*shuffled), MODELS)
+
+
+@SETTINGS
+@given(spec_st, nodes_st)
+def test_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    if not _valid(raw):
+        return
+    s = spec(**raw)
+    d = select(s, cluster(*nodes), MODELS)
+    assert d.reasons and all(r.strip() for r in d.reasons), "reasons are never empty"
+    if s.backend != "auto":
+        assert d.backend in (None, s.backend), "an explicit backend is never replaced"
+    if d.backend is None:
+        return
+    p = d.placement
+    assert p is not None
+    usable_gpu = any(
+        n["status"]["allocatable"].get("nvidia.com/gpu")
+        and n["status"]["conditions"][0]["status"] == "True"
+        and not n["spec"].get("unschedulable")
+        for n in nodes
+    )
+    if CATALOG[d.backend].gpu_required:
+        assert usable_gpu, "no GPU-only engine on a cluster without schedulable GPUs"
+        assert p.accelerator == "gpu"
+    assert p.tensor_parallel_size == p.gpus_per_replica
+    if p.gpu is not None:
+        assert p.gpus_per_replica >= 1 and p.gpu.count % p.tensor_parallel_size == 0
+        assert p.tensor_parallel_size & (p.tensor_parallel_size - 1) == 0, "a power of two"
+    else:
+        assert p.gpus_per_replica == 0
+    assert d.memory is not None and d.memory.required <= d.memory.available
+    engine_names = {b for b, _ in d.rejected}
+    assert d.backend not in engine_names and len(engine_names) == len(d.rejected)
