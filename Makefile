@@ -13,7 +13,7 @@ export IB_CACHE ?= $(HOME)/.cache/inference-backend
 TEST_TARGETS := lint unit
 -include mk/*.mk
 
-.PHONY: help venv lint unit test demo crds clean
+.PHONY: help venv lint unit test demo demo-select crds clean
 help:
 	@echo "make demo   - set up and run the demo"
 	@echo "make test   - lint, unit tests, contract tests and e2e tests"
@@ -37,8 +37,20 @@ unit: venv
 crds: venv
 	$(PY) -m inference_backend.api.crd --write crds/
 
+DEMO_TARGETS ?= demo-select
+demo: $(DEMO_TARGETS)
+
 test: $(TEST_TARGETS)
 	@echo ">> make test: all of $(TEST_TARGETS) passed"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Until the operator lands on the local control plane, the demo runs the selection on the shipped examples.
+demo-select: venv
+	@for f in docs/examples/*.yaml; do \
+	  [ "$$f" = docs/examples/models.yaml ] && continue; \
+	  echo "=== $$f against docs/examples/nodes/mixed.yaml"; \
+	  $(VENV)/bin/inference-backend select -f $$f --nodes docs/examples/nodes/mixed.yaml \
+	    --models docs/examples/models.yaml || [ $$? -eq 3 ]; \
+	done
