@@ -17,14 +17,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from factories import MODELS, node, spec  # noqa: E402
-
-from inference_backend.facts import group_nodes  # noqa: E402
-from inference_backend.selection import select  # noqa: E402
+from factories import MODELS, node, spec
+from inference_backend.facts import group_nodes
+from inference_backend.selection import select
 
 KINDS = [("h100", 8), ("a100-40", 8), ("l4", 1), ("l4", 4), ("a10g", 1), ("t4", 1), (None, 0)]
 SPECS = {
-    "8B auto + draft": {"model": {"modelRef": "llama-3-1-8b"}, "speculativeDecoding": {"draftModelRef": "llama-3-2-1b"}},
+    "8B auto + draft": {
+        "model": {"modelRef": "llama-3-1-8b"},
+        "speculativeDecoding": {"draftModelRef": "llama-3-2-1b"},
+    },
     "70B concurrency 32": {"model": {"modelRef": "llama-3-1-70b"}, "objectives": {"concurrency": 32}},
     "GGUF on CPU": {"model": {"modelRef": "llama-3-2-3b-gguf"}, "hardware": {"accelerator": "cpu"}},
 }
