@@ -215,3 +215,30 @@ def test_invalid_spec_names_the_field(model: dict[str, Any], field: str) -> None
     with pytest.raises(InvalidSpec) as exc:
         select(spec(model=model), cluster(*MIXED), MODELS)
     assert exc.value.field == field
+
+
+def test_adding_nodes_does_not_move_a_healthy_backend() -> None:
+    from inference_backend.selection import Current
+
+    s = spec(model={"modelRef": "llama-3-1-8b"}, hardware={"gpuProducts": ["NVIDIA-H100-80GB-HBM3"]})
+    first = select(s, cluster(*L4x1), MODELS)
+    assert first.placement is not None and first.placement.gpu is not None
+    current = Current("vllm", "gpu", first.placement.gpu.product, 1)
+    fresh = select(s, cluster(*L4x1, *H100x8), MODELS, keep=None)
+    kept = select(s, cluster(*L4x1, *H100x8), MODELS, keep=current)
+    assert kept.placement is not None and kept.placement.gpu is not None
+    assert kept.placement.gpu.product == "NVIDIA-L4"
+    assert any("kept the current placement" in r for r in kept.reasons)
+    assert fresh.placement is not None and fresh.placement.gpu is not None
+    assert fresh.placement.gpu.product == "NVIDIA-H100-80GB-HBM3"
+    assert fresh.backend == kept.backend
+
+
+def test_invalid_placement_selects_again() -> None:
+    from inference_backend.selection import Current
+
+    s = spec(model={"modelRef": "llama-3-1-8b"})
+    gone = Current("vllm", "gpu", "NVIDIA-A10G", 1)
+    d = select(s, cluster(*L4x1), MODELS, keep=gone)
+    assert d.placement is not None and d.placement.gpu is not None and d.placement.gpu.product == "NVIDIA-L4"
+    assert any("no longer valid: selecting again" in r for r in d.reasons)

@@ -1,6 +1,6 @@
 """Selection: spec + node facts + engine catalog -> Decision with reasons. Pure: no I/O."""
 
-from inference_backend.selection.decision import Decision, InvalidSpec, ResolvedModel, Speculation
+from inference_backend.selection.decision import Current, Decision, InvalidSpec, ResolvedModel, Speculation
 from inference_backend.selection.tree import select
 
-__all__ = ["Decision", "InvalidSpec", "ResolvedModel", "Speculation", "select"]
+__all__ = ["Current", "Decision", "InvalidSpec", "ResolvedModel", "Speculation", "select"]

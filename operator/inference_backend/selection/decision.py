@@ -60,6 +60,19 @@ class Speculation:
 
 
 @dataclass(frozen=True)
+class Current:
+    """The engine and placement serving now (from the InferenceBackend's status)."""
+
+    engine: str
+    accelerator: str
+    gpu_product: str | None
+    gpus_per_replica: int
+
+    def describe(self) -> str:
+        return f"{self.gpus_per_replica}x {self.gpu_product}" if self.gpu_product else "CPU"
+
+
+@dataclass(frozen=True)
 class Placement:
     accelerator: str
     hardware: HardwareClass

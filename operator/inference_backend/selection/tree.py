@@ -26,6 +26,7 @@ from inference_backend.facts import ClusterFacts
 from inference_backend.quantity import gib
 from inference_backend.selection.decision import (
     Batching,
+    Current,
     Decision,
     InvalidSpec,
     Memory,
@@ -77,8 +78,17 @@ def _lacks(caps: Capabilities, spec: InferenceBackendSpec, draft: ResolvedModel 
     return lacks
 
 
-def select(spec: InferenceBackendSpec, cluster: ClusterFacts, registry: Mapping[str, ModelSpec]) -> Decision:
-    """Run the decision tree. Raises InvalidSpec (naming the field) when the spec itself must change."""
+def select(
+    spec: InferenceBackendSpec,
+    cluster: ClusterFacts,
+    registry: Mapping[str, ModelSpec],
+    keep: Current | None = None,
+) -> Decision:
+    """Run the decision tree. Raises InvalidSpec (naming the field) when the spec itself must change.
+
+    ``keep`` is the placement serving now (the operator passes it when the spec has not changed): if it still fits,
+    it is kept even when a better one has appeared, so adding nodes never moves a healthy backend.
+    """
     model, reasons = resolve_model(spec.model, registry)
     reasons.append(_describe_model(model))
     rejected: dict[str, str] = {}
@@ -145,12 +155,28 @@ def select(spec: InferenceBackendSpec, cluster: ClusterFacts, registry: Mapping[
 
     lacks = {e: _lacks(CATALOG[e], spec, draft) for e in best}
     order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), ENGINES.index(e)))
+    kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
+    if kept is not None:
+        best[kept.engine] = kept
+        order = [kept.engine, *(e for e in order if e != kept.engine)]
+        reasons.append(f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is still valid")
+    elif keep is not None:
+        reasons.append(f"the current placement ({keep.engine}, {keep.describe()}) is no longer valid: selecting again")
     winner = order[0]
     choice = best[winner]
     for engine in order[1:]:
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
     reasons.append(f"ranked by (objectives missed, features lacking, catalog order): {', '.join(order)}")
     return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected)
+
+
+def _still_valid(keep: Current, options: list[Option], prefs: list[str]) -> Option | None:
+    for option in sorted(options, key=lambda o: o.sort_key(prefs)):
+        p = option.placement
+        product = p.gpu.product if p.gpu else None
+        if (p.accelerator, product, p.gpus_per_replica) == (keep.accelerator, keep.gpu_product, keep.gpus_per_replica):
+            return option
+    return None
 
 
 def _ranked_below(winner: str, w: Option, w_lacks: list[str], o: Option, o_lacks: list[str]) -> str:
