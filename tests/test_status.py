@@ -1,0 +1,83 @@
+"""Status computation: phases, conditions with observedGeneration, stable transition times, Argo CD health."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from factories import MODELS, cluster, node, spec
+from inference_backend.selection import select
+from inference_backend.status import Observed, compute
+from test_argocd_health import health
+
+NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
+GOOD = select(spec(model={"modelRef": "llama-3-1-8b"}), cluster(node("l4", "l4", 1)), MODELS)
+BAD = select(spec(model={"modelRef": "llama-3-1-70b"}), cluster(node("l4", "l4", 1)), MODELS)
+
+
+def make(decision: Any = GOOD, observed: Observed | None = None, error: str | None = None,
+         previous: dict[str, Any] | None = None, now: str = NOW, generation: int = 1) -> dict[str, Any]:  # fmt: skip
+    return compute(generation=generation, decision=None if error else decision, error=error, observed=observed,
+                   serving=previous, endpoint="http://x.ns.svc:8000", previous=previous, now=now,
+                   spec_hash="abc")  # fmt: skip
+
+
+def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_deploying_then_ready() -> None:
+    st = make(observed=None)
+    assert st["phase"] == "Deploying" and st["backend"] == "vllm" and st["ready"] == "0/0"
+    assert [c["type"] for c in st["conditions"]] == ["BackendSelected", "Fits", "SpeculativeDecoding", "Ready"]
+    assert all(c["observedGeneration"] == 1 for c in st["conditions"])
+    ready = make(observed=Observed(1, 1, True), previous=st, now=LATER)
+    assert ready["phase"] == "Ready" and ready["ready"] == "1/1" and ready["readyReplicas"] == 1
+    c = conds(ready)
+    assert c["Ready"]["status"] == "True" and c["Ready"]["lastTransitionTime"] == LATER
+    assert c["BackendSelected"]["lastTransitionTime"] == NOW, "unchanged conditions keep their transition time"
+    assert ready["decision"]["placement"]["gpuProduct"] == "NVIDIA-L4"
+    assert health({"metadata": {"generation": 1}, **{"status": ready}})[0] == "Healthy"
+
+
+def test_same_inputs_give_identical_status() -> None:
+    first = make(observed=Observed(1, 1, True))
+    assert make(observed=Observed(1, 1, True), previous=first, now=LATER) == first
+
+
+def test_invalid_spec_fails_with_field() -> None:
+    st = make(error="spec.model.parameters: needed to size the model")
+    assert st["phase"] == "Failed"
+    c = conds(st)
+    assert (
+        c["BackendSelected"]["reason"] == "InvalidSpec" and "spec.model.parameters" in c["BackendSelected"]["message"]
+    )
+    assert health({"metadata": {"generation": 1}, "status": st})[0] == "Degraded"
+
+
+def test_unsatisfiable_update_keeps_serving_and_says_why() -> None:
+    serving = make(observed=Observed(1, 1, True))
+    st = make(BAD, observed=Observed(1, 1, True), previous=serving, generation=2, now=LATER)
+    assert st["phase"] == "Degraded" and st["backend"] == "vllm", "status still names what serves"
+    assert st["specHash"] == "abc" and st["observedGeneration"] == 2
+    c = conds(st)
+    assert c["BackendSelected"]["status"] == "False" and "does not fit" in c["Fits"]["message"]
+    assert c["Ready"]["status"] == "True" and "keeps serving" in c["Ready"]["message"]
+    assert st["decision"]["reasons"][-1].startswith("no engine has a placement that fits")
+
+
+def test_unsatisfiable_without_deployment_fails() -> None:
+    st = make(BAD)
+    assert st["phase"] == "Failed" and "backend" not in st
+
+
+def test_progress_deadline_is_degraded() -> None:
+    st = make(observed=Observed(2, 1, True, progress_deadline_exceeded=True))
+    assert st["phase"] == "Degraded" and conds(st)["Ready"]["reason"] == "ProgressDeadlineExceeded"
+
+
+def test_observed_from_deployment() -> None:
+    dep = {"spec": {"replicas": 3}, "status": {"readyReplicas": 2, "conditions": [
+        {"type": "Available", "status": "True"},
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}}  # fmt: skip
+    assert Observed.from_deployment(dep) == Observed(3, 2, True, True)
+    assert Observed.from_deployment(None) is None
