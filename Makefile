@@ -36,6 +36,7 @@ unit: venv
 
 crds: venv
 	$(PY) -m inference_backend.api.crd --write crds/
+	$(PY) -m inference_backend.api.crd --write charts/inference-backend/crds/
 
 DEMO_TARGETS ?= demo-select
 demo: $(DEMO_TARGETS)
