@@ -65,9 +65,7 @@ def _filesystem(scheme: str) -> Any:
 def _plan(fs: Any, uri: str, scheme: str) -> list[tuple[str, str, int]]:
     """(remote path, relative local path, size) of every file to copy."""
     path = uri if scheme in ("http", "https") else uri.split("://", 1)[1]
-    path = path.rstrip("/")
-    if scheme == "hf":
-        path = path  # HfFileSystem paths are "org/repo/file"
+    path = path.rstrip("/")  # HfFileSystem paths are "org/repo[/file]" too
     info = fs.info(path)
     if info.get("type") != "directory":
         return [(path, posixpath.basename(path), int(info.get("size") or 0))]
@@ -77,7 +75,7 @@ def _plan(fs: Any, uri: str, scheme: str) -> list[tuple[str, str, int]]:
         meta = files[remote]
         if meta.get("type") == "directory":
             continue
-        rel = posixpath.relpath(remote, path.split("://", 1)[-1] if "://" in path else path)
+        rel = posixpath.relpath(remote.split("://", 1)[-1], path.split("://", 1)[-1])
         out.append((remote, rel, int(meta.get("size") or 0)))
     if not out:
         raise FetchError(f"{uri}: no files under this prefix")
