@@ -64,16 +64,57 @@ def cmd_select(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    """Multi-document YAML of what the operator would apply (render.render, the same code path)."""
+    from inference_backend.render import render_result, to_yaml
+
+    ibs, models, cluster = _inputs(args)
+    status = EXIT_OK
+    out: list[str] = []
+    for ib in ibs:
+        decision = _decide(ib, models, cluster)
+        if not decision.satisfiable:
+            status = EXIT_UNSATISFIABLE
+            print(format_text(ib.metadata.name, decision), file=sys.stderr)
+            continue
+        try:
+            result = render_result(ib, decision)
+        except InvalidSpec as exc:
+            raise ManifestError(f"InferenceBackend {ib.metadata.name}: {exc}") from exc
+        for note in result.unsupported:
+            print(f"# {ib.metadata.name}: not supported by {decision.backend}: {note}", file=sys.stderr)
+        out.append(to_yaml(list(result.objects)))
+    sys.stdout.write("".join(out))
+    return status
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from inference_backend.fetch import FetchError, fetch
+
+    try:
+        fetch(args.uri, args.dir)
+    except FetchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inference-backend", description=__doc__.splitlines()[0] if __doc__ else "")
     sub = parser.add_subparsers(dest="command", required=True)
     sel = sub.add_parser("select", help="run the selection tree on InferenceBackend manifests against a node list")
-    for p in (sel,):
+    ren = sub.add_parser("render", help="print the Kubernetes objects the operator would apply (multi-doc YAML)")
+    for p in (sel, ren):
         p.add_argument("-f", "--file", required=True, help="YAML with InferenceBackend(s) (and optionally Models)")
         p.add_argument("--nodes", required=True, help="a kind: List of v1 Nodes, as `kubectl get nodes -o yaml`")
         p.add_argument("--models", action="append", help="YAML with Model objects (repeatable)")
     sel.add_argument("-o", "--output", choices=("json", "text"), default="text")
     sel.set_defaults(func=cmd_select)
+    ren.set_defaults(func=cmd_render)
+    fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")
+    fet.add_argument("uri", help="a file or a prefix: s3://bucket/key, gs://bucket/prefix/, hf://org/repo")
+    fet.add_argument("dir", help="destination directory (created if missing)")
+    fet.set_defaults(func=cmd_fetch)
     return parser
 
 

@@ -1,0 +1,286 @@
+"""What every engine renderer returns (one frozen EngineContainer), and the pieces they share.
+
+Engine renderers are pure: Decision + spec in, container description out, no I/O. Each engine module cites the
+upstream source and version of every flag it emits, next to the flag.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.engines.artifacts import Artifact
+from inference_backend.selection.decision import Decision, InvalidSpec, Placement
+
+HTTP_PORT = 8000
+HOST = "0.0.0.0"
+MODEL_CACHE_DIR = "/model-cache"
+"""emptyDir where engines that download weights themselves (hf://) keep them."""
+GIB = 2**30
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Probe:
+    path: str
+    port: int
+    period_seconds: int
+    failure_threshold: int
+    timeout_seconds: int = 5
+
+    def to_k8s(self) -> Json:
+        return {
+            "httpGet": {"path": self.path, "port": self.port},
+            "periodSeconds": self.period_seconds,
+            "timeoutSeconds": self.timeout_seconds,
+            "failureThreshold": self.failure_threshold,
+        }
+
+
+def health_probes(path: str, port: int = HTTP_PORT) -> tuple[Probe, Probe, Probe]:
+    """(startup, readiness, liveness) on the engine's health endpoint.
+
+    Startup allows 60 minutes (weights download + load + CUDA graph capture of a 70B model); liveness only starts
+    once startup succeeded, so a slow load is never killed, and a wedged engine is restarted after 3 x 30 s.
+    """
+    return Probe(path, port, 10, 360), Probe(path, port, 10, 3), Probe(path, port, 30, 3, 10)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One flag the operator sets, with the spec field it comes from (for collision messages)."""
+
+    name: str
+    values: tuple[str, ...]
+    source: str
+
+
+class ArgBuilder:
+    """Ordered engine arguments; remembers which spec field set each flag."""
+
+    def __init__(self) -> None:
+        self.flags: list[Flag] = []
+        self.positional: list[str] = []
+
+    def add(self, name: str, *values: object, source: str) -> None:
+        self.flags.append(Flag(name, tuple(_str(v) for v in values), source))
+
+    def args(self) -> tuple[str, ...]:
+        out = list(self.positional)
+        for f in self.flags:
+            out.append(f.name)
+            out.extend(f.values)
+        return tuple(out)
+
+
+def _str(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class EngineContainer:
+    """The engine container of one replica, and what the pod needs around it."""
+
+    engine: str
+    version: str
+    name: str
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: tuple[Json, ...]
+    ports: tuple[Json, ...]
+    startup_probe: Probe
+    readiness_probe: Probe
+    liveness_probe: Probe
+    resources: Json
+    volumes: tuple[Json, ...] = ()
+    volume_mounts: tuple[Json, ...] = ()
+    init_containers: tuple[Json, ...] = ()
+    metrics_port: int = HTTP_PORT
+    metrics_path: str = "/metrics"
+    unsupported: tuple[str, ...] = ()
+    """Renderer-level notes: what this engine cannot do of the spec, and what is done instead."""
+    flags: tuple[Flag, ...] = field(default=(), compare=False)
+
+    def to_k8s(self) -> Json:
+        c: Json = {
+            "name": self.name,
+            "image": self.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": list(self.command),
+            "args": list(self.args),
+        }
+        if self.env:
+            c["env"] = [dict(e) for e in self.env]
+        c["ports"] = [dict(p) for p in self.ports]
+        c["startupProbe"] = self.startup_probe.to_k8s()
+        c["readinessProbe"] = self.readiness_probe.to_k8s()
+        c["livenessProbe"] = self.liveness_probe.to_k8s()
+        c["resources"] = self.resources
+        if self.volume_mounts:
+            c["volumeMounts"] = [dict(m) for m in self.volume_mounts]
+        return c
+
+
+Renderer = Callable[[Decision, InferenceBackendSpec, str], EngineContainer]
+
+
+# ---- shared helpers -------------------------------------------------------------------------------------------
+
+
+def placement(decision: Decision) -> Placement:
+    if decision.placement is None or decision.model is None or decision.backend is None:
+        raise ValueError("cannot render an unsatisfiable decision")
+    return decision.placement
+
+
+def gpus(decision: Decision) -> int:
+    p = placement(decision)
+    return p.gpus_per_replica if p.gpu is not None else 0
+
+
+def served_name(decision: Decision, name: str) -> str:
+    assert decision.model is not None
+    return decision.model.served_name or name
+
+
+def ports(metrics_port: int | None = None) -> tuple[Json, ...]:
+    out: list[Json] = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+    if metrics_port is not None and metrics_port != HTTP_PORT:
+        out.append({"name": "metrics", "containerPort": metrics_port, "protocol": "TCP"})
+    return tuple(out)
+
+
+def cpu_cores(decision: Decision) -> int:
+    """Cores requested on a CPU placement: 90% of the node's allocatable (daemonsets keep the rest), at least 1."""
+    p = placement(decision)
+    return max(1, math.floor(p.hardware.cpu_millis / 1000 * 0.9))
+
+
+def resources(decision: Decision, spec: InferenceBackendSpec, kv_bytes: float | None = None) -> Json:
+    """Requests/limits from the decision; ``spec.resources`` overrides key by key.
+
+    GPU: the GPU resource (nvidia.com/gpu or the MIG profile) = GPUs per replica in requests and limits; host
+    memory for loading (weights staged through page cache) plus any KV offload; 4 cores per GPU.
+    CPU: the memory estimate (weights + overhead + KV cache actually allocated, capped to what the memory fit
+    allowed) + 1 GiB headroom, and 90% of the node's cores. Memory limit = request (no overcommit of the one
+    resource that OOM-kills); no CPU limit (throttling only slows decoding).
+    """
+    p = placement(decision)
+    mem = decision.memory
+    assert mem is not None
+    offload = spec.kv_cache.cpu_offload_gi_b
+    requests: dict[str, int | str] = {}
+    limits: dict[str, int | str] = {}
+    if p.gpu is not None:
+        n = p.gpus_per_replica
+        host_gib = math.ceil(mem.weights / GIB / max(n, 1)) + 8 + math.ceil(offload)
+        requests = {"cpu": str(4 * n), "memory": f"{host_gib}Gi", p.gpu.resource: n}
+        limits = {"memory": f"{host_gib}Gi", p.gpu.resource: n}
+    else:
+        kv = mem.kv_cache if kv_bytes is None else min(kv_bytes, mem.kv_cache)
+        need = mem.weights + (mem.required - mem.weights - _min_kv(decision)) + kv
+        gib = math.ceil(need / GIB) + 1
+        requests = {"cpu": str(cpu_cores(decision)), "memory": f"{gib}Gi"}
+        limits = {"memory": f"{gib}Gi"}
+    if spec.resources is not None:
+        requests.update(spec.resources.requests)
+        limits.update(spec.resources.limits)
+    return {"requests": requests, "limits": limits}
+
+
+def _min_kv(decision: Decision) -> float:
+    assert decision.model is not None and decision.memory is not None
+    return decision.memory.kv_per_token * decision.model.context_length
+
+
+def shm_volume(decision: Decision) -> tuple[tuple[Json, ...], tuple[Json, ...]]:
+    """A memory-backed /dev/shm when one replica spans several GPUs (NCCL and the engines' worker processes
+    exchange tensors through shared memory; the container default of 64 MiB makes them fail or crawl)."""
+    if gpus(decision) <= 1:
+        return (), ()
+    return ({"name": "dshm", "emptyDir": {"medium": "Memory"}},), ({"name": "dshm", "mountPath": "/dev/shm"},)
+
+
+def model_cache_volume() -> tuple[Json, Json]:
+    return {"name": "model-cache", "emptyDir": {}}, {"name": "model-cache", "mountPath": MODEL_CACHE_DIR}
+
+
+def merge_named(*groups: Iterable[Json]) -> tuple[Json, ...]:
+    """Concatenate volumes/mounts/env, keeping the first of each name (artifacts of model and draft may share)."""
+    seen: set[str] = set()
+    out: list[Json] = []
+    for group in groups:
+        for item in group:
+            key = str(item.get("name", "")) + "|" + str(item.get("mountPath", ""))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(item)
+    return tuple(out)
+
+
+# ---- escape hatches: spec.engine.extraArgs / env / image ------------------------------------------------------
+
+
+def _canonical(token: str, aliases: Mapping[str, str]) -> str:
+    name = token.split("=", 1)[0]
+    if name.startswith("--"):
+        name = name.replace("_", "-")
+    return aliases.get(name, name)
+
+
+def apply_overrides(
+    spec: InferenceBackendSpec,
+    image: str,
+    args: ArgBuilder,
+    env: Sequence[Json],
+    aliases: Mapping[str, str],
+    reserved_env: Mapping[str, str] | None = None,
+) -> tuple[str, tuple[str, ...], tuple[Json, ...]]:
+    """Append ``spec.engine.extraArgs`` and ``env`` last, after checking none repeats what the operator sets.
+
+    ``aliases`` maps every spelling of a flag (short/long, --no- forms) to one canonical name; an extra arg
+    collides when its name before any ``=`` has the same canonical name as a flag we set.
+    ``reserved_env`` names environment variables the engine reads as one of the flags we set (and the field).
+    """
+    ours = {_canonical(f.name, aliases): f for f in args.flags}
+    for token in spec.engine.extra_args:
+        if not token.startswith("-") or token in ("-", "--"):
+            continue
+        canon = _canonical(token, aliases)
+        hit = ours.get(canon)
+        if hit is not None:
+            shown = token.split("=", 1)[0]
+            same = f" (same flag as {hit.name})" if shown != hit.name else ""
+            raise InvalidSpec("spec.engine.extraArgs", f"{shown}{same} is set by the operator from {hit.source}")
+    env_names = {str(e["name"]): e for e in env}
+    for i, extra in enumerate(spec.engine.env):
+        if extra.name in env_names:
+            raise InvalidSpec(f"spec.engine.env[{i}]", f"{extra.name} is set by the operator")
+        if reserved_env and extra.name in reserved_env:
+            raise InvalidSpec(f"spec.engine.env[{i}]", f"{extra.name} is set by the operator from "
+                                                      f"{reserved_env[extra.name]}")  # fmt: skip
+    all_args = args.args() + tuple(spec.engine.extra_args)
+    all_env = tuple(env) + tuple(e.wire() for e in spec.engine.env)
+    return spec.engine.image or image, all_args, all_env
+
+
+def artifact_parts(*artifacts: Artifact | None) -> tuple[tuple[Json, ...], tuple[Json, ...], tuple[Json, ...],
+                                                        tuple[Json, ...]]:  # fmt: skip
+    """(env, volumes, mounts, init containers) of the model and draft artifacts, deduplicated by name."""
+    present = [a for a in artifacts if a is not None]
+    return (
+        merge_named(*(a.env for a in present)),
+        merge_named(*(a.volumes for a in present)),
+        merge_named(*(a.mounts for a in present)),
+        merge_named(*(a.init_containers for a in present)),
+    )

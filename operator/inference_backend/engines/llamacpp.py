@@ -1,0 +1,196 @@
+"""llama.cpp `llama-server` at one pinned build (ghcr.io/ggml-org/llama.cpp:server[-cuda]-b<LLAMA_CPP_BUILD>).
+
+Flags are cited against ggml-org/llama.cpp common/arg.cpp (common_params_parser_init; stored version read: commit
+145b628, a late-2025 build with --fit and the router server) and, for the speculative-decoding flags renamed
+since, upstream PR #22397 "spec : refactor params" (2026-04): `--draft`, `--draft-n`, `--draft-max` were replaced by
+`--spec-draft-n-max` and are fatal ("invalid argument") on builds after it. The contract test runs the pinned
+llama-server binary's argument parser over these args.
+"""
+
+from __future__ import annotations
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.engines import artifacts
+from inference_backend.engines.base import (
+    HOST,
+    HTTP_PORT,
+    MODEL_CACHE_DIR,
+    ArgBuilder,
+    EngineContainer,
+    apply_overrides,
+    artifact_parts,
+    cpu_cores,
+    gpus,
+    health_probes,
+    merge_named,
+    model_cache_volume,
+    placement,
+    ports,
+    resources,
+    served_name,
+    shm_volume,
+)
+from inference_backend.selection.decision import Decision
+
+ENGINE = "llamacpp"
+LLAMA_CPP_BUILD = 0
+"""PLACEHOLDER: the llama.cpp build (bNNNN) the images are pinned to; to be set to the build vendored by
+llama-cpp-python==0.3.36 (determined by the engine-harness work). Must be after PR #22397 (see module doc)."""
+VERSION = f"b{LLAMA_CPP_BUILD}"
+IMAGE_CPU = f"ghcr.io/ggml-org/llama.cpp:server-b{LLAMA_CPP_BUILD}"
+IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-b{LLAMA_CPP_BUILD}"
+COMMAND = ("/app/llama-server",)  # the server images' entrypoint (.devops/*.Dockerfile: /app/llama-server)
+# Every spelling in arg.cpp of the flags we set -> one name (short, long, --no- forms).
+ALIASES = {
+    "--model": "-m",
+    "-hfr": "-hf",
+    "--hf-repo": "-hf",
+    "--hf-file": "-hff",
+    "--alias": "-a",
+    "--ctx-size": "-c",
+    "--parallel": "-np",
+    "--cont-batching": "-cb",
+    "-nocb": "-cb",
+    "--no-cont-batching": "-cb",
+    "--batch-size": "-b",
+    "--ubatch-size": "-ub",
+    "--cache-type-k": "-ctk",
+    "--cache-type-v": "-ctv",
+    "-fa": "--flash-attn",
+    "--gpu-layers": "-ngl",
+    "--n-gpu-layers": "-ngl",
+    "--split-mode": "-sm",
+    "--threads": "-t",
+    "--no-cache-prompt": "--cache-prompt",
+    "--model-draft": "-md",
+    "--spec-draft-model": "-md",
+    "-hfrd": "-hfd",
+    "--hf-repo-draft": "-hfd",
+    "--spec-draft-hf": "-hfd",
+    "--draft": "--spec-draft-n-max",
+    "--draft-n": "--spec-draft-n-max",
+    "--draft-max": "--spec-draft-n-max",
+    "--gpu-layers-draft": "-ngld",
+    "--n-gpu-layers-draft": "-ngld",
+}
+# KV cache types (arg.cpp get_all_kv_cache_types / kv_cache_type_from_str): f32, f16, bf16, q8_0, q4_0, ...
+KV_TYPES = {"float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0"}
+DEFAULT_SLOTS = 4
+UBATCH = 512  # arg.cpp n_ubatch default
+CACHE_REUSE_TOKENS = 256  # the --fim-* presets' n_cache_reuse: reuse prefix chunks of >= 256 tokens via KV shift
+
+
+def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
+    p = placement(decision)
+    model = decision.model
+    assert model is not None and decision.batching is not None
+    notes: list[str] = []
+    on_gpu = p.gpu is not None
+    art = artifacts.resolve(model, ENGINE)
+    a = ArgBuilder()
+    if art.hf_repo is not None:
+        # arg.cpp -hf/-hfr/--hf-repo <user>/<model>[:quant] and -hff/--hf-file: llama-server downloads into
+        # LLAMA_CACHE (resumable, cached) with HF_TOKEN (-hft reads env HF_TOKEN). Chosen over an init container
+        # because it is the engine's own verified loader and needs no second image.
+        a.add("-hf", art.hf_repo if art.hf_file else _with_quant(art.hf_repo, model.quantization),
+              source="spec.model.uri")  # fmt: skip
+        if art.hf_file:
+            a.add("-hff", art.hf_file, source="spec.model.uri")
+    else:
+        a.add("-m", art.reference, source="spec.model.uri")  # arg.cpp -m/--model FNAME
+    a.add("--host", HOST, source="the operator (listen on all addresses)")  # arg.cpp --host
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # arg.cpp --port
+    a.add("-a", served_name(decision, name), source="spec.model.servedName")  # arg.cpp -a/--alias
+    b = decision.batching
+    slots = b.max_batch_size or spec.objectives.concurrency or DEFAULT_SLOTS
+    # arg.cpp -np/--parallel: slots decoded together (the batch size of continuous batching)
+    a.add("-np", slots, source="spec.batching.maxBatchSize")
+    # arg.cpp -c/--ctx-size is the TOTAL context shared by all slots: per-slot context x slots.
+    a.add("-c", model.context_length * slots, source="spec.model.contextLength x spec.batching.maxBatchSize")
+    # arg.cpp -cb/--cont-batching, -nocb/--no-cont-batching (server only)
+    a.add("-cb" if b.strategy == "continuous" else "--no-cont-batching", source="spec.batching.strategy")
+    if b.max_batch_tokens is not None:
+        # arg.cpp -b/--batch-size (logical batch: tokens per decode call) and -ub/--ubatch-size (physical)
+        a.add("-b", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
+        a.add("-ub", min(UBATCH, b.max_batch_tokens), source="spec.batching.maxBatchTokens")
+    kv = KV_TYPES.get(decision.kv_cache_dtype)
+    if kv is not None:
+        a.add("-ctk", kv, source="spec.kvCache.dtype")  # arg.cpp -ctk/--cache-type-k
+        a.add("-ctv", kv, source="spec.kvCache.dtype")  # arg.cpp -ctv/--cache-type-v
+        if kv.startswith("q"):
+            # A quantized V cache needs flash attention; arg.cpp -fa/--flash-attn [on|off|auto]
+            a.add("--flash-attn", "on", source="spec.kvCache.dtype (quantized V cache)")
+    # arg.cpp -ngl/--gpu-layers: all layers on the GPU, none on CPU
+    a.add("-ngl", 999 if on_gpu else 0, source="the decision's placement")
+    if gpus(decision) > 1:
+        # arg.cpp -sm/--split-mode {none,layer,row}: layers and KV split over every GPU the device plugin gave
+        # the container (all visible).
+        a.add("-sm", "layer", source="the decision's placement (GPUs per replica)")
+    if not on_gpu:
+        a.add("-t", cpu_cores(decision), source="the decision's placement (CPU cores)")  # arg.cpp -t/--threads
+    # Prompt (prefix) cache: --cache-prompt/--no-cache-prompt (newer than the stored arg.cpp; unverified there)
+    # and arg.cpp --cache-reuse N (min chunk reused via KV shifting; 0 disables).
+    a.add("--cache-prompt" if decision.prefix_cache else "--no-cache-prompt", source="spec.prefixCache.enabled")
+    a.add("--cache-reuse", CACHE_REUSE_TOKENS if decision.prefix_cache else 0, source="spec.prefixCache.enabled")
+    a.add("--metrics", source="the operator (Prometheus /metrics)")  # arg.cpp --metrics
+    draft_art = _draft(decision, a, on_gpu)
+    if spec.kv_cache.memory_fraction != 0.9:
+        notes.append("kvCache.memoryFraction: llama-server allocates exactly the -c context; the fraction only "
+                     "sized the memory fit")  # fmt: skip
+    if spec.kv_cache.block_size != 16:
+        notes.append("kvCache.blockSize: llama.cpp has no paged KV blocks; ignored")
+
+    cache_vol, cache_mount = model_cache_volume()
+    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
+    shm_vols, shm_mounts = shm_volume(decision)
+    # LLAMA_CACHE: where -hf downloads go (common.cpp fs_get_cache_directory).
+    env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), art_env)
+    image, args, env = apply_overrides(spec, IMAGE_CUDA if on_gpu else IMAGE_CPU, a, env, ALIASES)
+    startup, ready, live = health_probes("/health")  # tools/server: GET /health (503 while loading)
+    kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
+    return EngineContainer(
+        engine=ENGINE,
+        version=VERSION,
+        name=ENGINE,
+        image=image,
+        command=COMMAND,
+        args=args,
+        env=env,
+        ports=ports(),
+        startup_probe=startup,
+        readiness_probe=ready,
+        liveness_probe=live,
+        resources=resources(decision, spec, kv_bytes=kv_bytes),
+        volumes=merge_named((cache_vol,), art_vols, shm_vols),
+        volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        init_containers=init,
+        metrics_port=HTTP_PORT,
+        metrics_path="/metrics",
+        unsupported=tuple(notes),
+        flags=tuple(a.flags),
+    )
+
+
+def _with_quant(repo: str, quantization: str) -> str:
+    """`<user>/<model>:<quant>` picks the repository's file of that quantization (arg.cpp -hf help)."""
+    return f"{repo}:{quantization.upper()}" if quantization not in ("none", "f16") else repo
+
+
+def _draft(decision: Decision, a: ArgBuilder, on_gpu: bool) -> artifacts.Artifact | None:
+    s = decision.speculation
+    if not s.enabled or s.draft is None:
+        return None
+    assert decision.model is not None
+    art = artifacts.resolve(artifacts.draft_model(decision.model, s.draft), ENGINE, "draft")
+    src = "spec.speculativeDecoding.draftModelRef"
+    if art.hf_repo is not None:
+        # arg.cpp -hfd/-hfrd/--hf-repo-draft <user>/<model>[:quant]: there is no --hf-file for the draft, so the
+        # file is chosen by its quantization tag.
+        a.add("-hfd", _with_quant(art.hf_repo, s.draft.quantization), source=src)
+    else:
+        a.add("-md", art.reference, source=src)  # arg.cpp -md/--model-draft FNAME
+    # PR #22397: --spec-draft-n-max (was --draft-max/--draft/--draft-n, now fatal)
+    a.add("--spec-draft-n-max", s.num_tokens, source="spec.speculativeDecoding.numSpeculativeTokens")
+    # arg.cpp -ngld/--gpu-layers-draft
+    a.add("-ngld", 999 if on_gpu else 0, source="the decision's placement")
+    return art

@@ -1,0 +1,98 @@
+"""Shared flags of our own runners (ONNX Runtime server and PyTorch runner), one image each, pinned to the
+package version. Flags are cited against operator/inference_backend/runners/common/args.py (add_common_flags),
+runners/pytorch/args.py and runners/onnx/args.py of this repository (the runners branch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from inference_backend import __version__
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.engines import artifacts
+from inference_backend.engines.base import (
+    HOST,
+    HTTP_PORT,
+    ArgBuilder,
+    EngineContainer,
+    apply_overrides,
+    artifact_parts,
+    cpu_cores,
+    health_probes,
+    merge_named,
+    placement,
+    ports,
+    resources,
+    served_name,
+    shm_volume,
+)
+from inference_backend.selection.decision import Decision
+
+VERSION = __version__
+ALIASES = {"--no-enable-prefix-caching": "--enable-prefix-caching"}  # argparse.BooleanOptionalAction pair
+DTYPES = ("float32", "float16", "bfloat16")  # common/args.py --dtype choices (besides auto)
+
+Extra = Callable[[Decision, ArgBuilder, list[str]], artifacts.Artifact | None]
+
+
+def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engine: str, image: str,
+              command: tuple[str, ...], strategies: tuple[str, ...], extra: Extra) -> EngineContainer:  # fmt: skip
+    p = placement(decision)
+    model = decision.model
+    assert model is not None and decision.batching is not None
+    notes: list[str] = []
+    art = artifacts.resolve(model, engine)
+    a = ArgBuilder()
+    directory = art.directory
+    assert directory is not None  # runners always get local weights (artifacts: fetched for hf://)
+    a.add("--model", directory, source="spec.model.uri")  # common/args.py --model PATH (a local directory)
+    a.add("--served-model-name", served_name(decision, name), source="spec.model.servedName")
+    a.add("--host", HOST, source="the operator (listen on all addresses)")
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")
+    if decision.serving_dtype in DTYPES:
+        a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")
+    a.add("--max-model-len", model.context_length, source="spec.model.contextLength")
+    b = decision.batching
+    strategy = b.strategy if b.strategy in strategies else strategies[-1]
+    a.add("--batching", strategy, source="spec.batching.strategy")  # common/args.py --batching
+    if b.max_batch_size is not None:
+        a.add("--max-batch-size", b.max_batch_size, source="spec.batching.maxBatchSize")
+    if b.max_batch_tokens is not None:
+        a.add("--max-batch-tokens", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
+    if b.max_wait_millis is not None and strategy != "continuous":
+        a.add("--max-wait-ms", b.max_wait_millis, source="spec.batching.maxWaitMillis")
+    a.add("--kv-cache-memory-fraction", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
+    prefix = "--enable-prefix-caching" if decision.prefix_cache else "--no-enable-prefix-caching"
+    a.add(prefix, source="spec.prefixCache.enabled")
+    if p.gpu is None:
+        a.add("--threads", cpu_cores(decision), source="the decision's placement (CPU cores)")
+    if spec.kv_cache.block_size != 16:
+        notes.append(f"kvCache.blockSize: the {engine} runner's prefix cache uses fixed 16-token blocks; ignored")
+    draft_art = extra(decision, a, notes)
+
+    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
+    shm_vols, shm_mounts = shm_volume(decision)
+    env = art_env
+    image, args, env = apply_overrides(spec, image, a, env, ALIASES)
+    startup, ready, live = health_probes("/health")  # common/server.py GET /health (503 until loaded)
+    return EngineContainer(
+        engine=engine,
+        version=VERSION,
+        name=engine,
+        image=image,
+        command=command,
+        args=args,
+        env=env,
+        ports=ports(),
+        startup_probe=startup,
+        readiness_probe=ready,
+        liveness_probe=live,
+        resources=resources(decision, spec),
+        volumes=merge_named(art_vols, shm_vols),
+        volume_mounts=merge_named(art_mounts, shm_mounts),
+        init_containers=init,
+        metrics_port=HTTP_PORT,  # common/server.py GET /metrics on the API port
+        metrics_path="/metrics",
+        unsupported=tuple(notes),
+        flags=tuple(a.flags),
+    )

@@ -1,0 +1,142 @@
+"""Hugging Face Text Generation Inference 3.3.7 (`text-generation-launcher`, ghcr.io/huggingface/
+text-generation-inference:3.3.7).
+
+Flags are cited against huggingface/text-generation-inference launcher/src/main.rs (the clap `Args` struct; stored
+version read: commit 009c4e0, a 2.x/3.0 launcher). Every launcher flag is also read from the environment variable
+of its name in capitals (clap `env`), so those names are reserved too. Flags newer than the stored launcher are
+marked "unverified" and are checked by the TGI 3.3.7 flag-contract test.
+"""
+
+from __future__ import annotations
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.engines import artifacts
+from inference_backend.engines.base import (
+    HOST,
+    HTTP_PORT,
+    MODEL_CACHE_DIR,
+    ArgBuilder,
+    EngineContainer,
+    apply_overrides,
+    artifact_parts,
+    gpus,
+    health_probes,
+    merge_named,
+    model_cache_volume,
+    placement,
+    ports,
+    resources,
+    shm_volume,
+)
+from inference_backend.selection.decision import Decision
+
+ENGINE = "tgi"
+VERSION = "3.3.7"
+IMAGE = f"ghcr.io/huggingface/text-generation-inference:{VERSION}"
+COMMAND = ("text-generation-launcher",)
+PROMETHEUS_PORT = 9000
+# main.rs: `port` is `#[clap(long, short, env)]` (so -p is --port); `env` is -e.
+ALIASES = {"-p": "--port"}
+# main.rs enum Quantization (kebab-case values): awq, eetq, exl2, gptq, marlin, bitsandbytes, bitsandbytes-nf4,
+# bitsandbytes-fp4, fp8.
+QUANTIZE = {"awq": "awq", "gptq": "gptq", "fp8": "fp8", "bitsandbytes": "bitsandbytes"}
+# main.rs enum KVCacheDtype: fp8_e4m3fn, fp8_e5m2.
+KV_DTYPES = {"fp8": "fp8_e4m3fn"}
+DEFAULT_MAX_CONCURRENT = 128  # main.rs max_concurrent_requests default
+
+
+def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
+    placement(decision)  # raises on an unsatisfiable decision
+    model = decision.model
+    assert model is not None and decision.batching is not None
+    notes: list[str] = []
+    art = artifacts.resolve(model, ENGINE)
+    a = ArgBuilder()
+    a.add("--model-id", art.reference, source="spec.model.uri")  # main.rs model_id
+    a.add("--hostname", HOST, source="the operator (listen on all addresses)")  # main.rs hostname
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # main.rs port (long; never -p here)
+    # unverified in the stored launcher (added in 3.x): prometheus_port, default 9000 -> /metrics there.
+    a.add("--prometheus-port", PROMETHEUS_PORT, source="the operator (metrics port 9000)")
+    if gpus(decision) > 1:
+        a.add("--num-shard", gpus(decision), source="the decision's placement (GPUs per replica)")  # num_shard
+    if model.quantization in QUANTIZE:
+        # main.rs quantize (value_enum); "cannot be used with --dtype"
+        a.add("--quantize", QUANTIZE[model.quantization], source="spec.model.quantization")
+    elif decision.serving_dtype in ("float16", "bfloat16"):
+        a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")  # main.rs enum Dtype
+    ctx = model.context_length
+    # main.rs max_input_tokens ("Legacy version: max_input_length") and max_total_tokens (prompt + generated).
+    a.add("--max-input-tokens", ctx - 1, source="spec.model.contextLength")
+    a.add("--max-total-tokens", ctx, source="spec.model.contextLength")
+    b = decision.batching
+    if b.max_batch_tokens is not None:
+        prefill = b.max_batch_tokens
+        if prefill < ctx - 1:
+            # The launcher refuses max_batch_prefill_tokens < max_input_tokens (one prompt must fit a prefill).
+            notes.append(f"batching.maxBatchTokens {prefill}: TGI needs the prefill budget to hold one full "
+                         f"prompt; --max-batch-prefill-tokens raised to {ctx - 1}")  # fmt: skip
+            prefill = ctx - 1
+        a.add("--max-batch-prefill-tokens", prefill, source="spec.batching.maxBatchTokens")  # main.rs
+    if b.max_batch_size is not None:
+        a.add("--max-batch-size", b.max_batch_size, source="spec.batching.maxBatchSize")  # main.rs max_batch_size
+    want = max(b.max_batch_size or 0, spec.objectives.concurrency or 0)
+    if want:
+        # main.rs max_concurrent_requests: beyond it requests are refused (backpressure); twice the batch so a
+        # full batch can have a full batch waiting behind it.
+        a.add("--max-concurrent-requests", max(DEFAULT_MAX_CONCURRENT, 2 * want),
+              source="spec.batching.maxBatchSize / spec.objectives.concurrency")  # fmt: skip
+    # main.rs cuda_memory_fraction (default 1.0)
+    a.add("--cuda-memory-fraction", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
+    if decision.kv_cache_dtype in KV_DTYPES:
+        a.add("--kv-cache-dtype", KV_DTYPES[decision.kv_cache_dtype], source="spec.kvCache.dtype")  # main.rs
+    if spec.kv_cache.block_size != 16:
+        notes.append("kvCache.blockSize: TGI has no block size flag (its paged attention block is fixed); ignored")
+    s = decision.speculation
+    if s.enabled and s.method == "ngram":
+        # main.rs speculate: "Other wise, it will use n-gram speculation" (Medusa heads when the model has them)
+        a.add("--speculate", s.num_tokens, source="spec.speculativeDecoding.numSpeculativeTokens")
+    if model.served_name:
+        notes.append(f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
+                     "in OpenAI requests; the name is not enforced")  # fmt: skip
+
+    cache_vol, cache_mount = model_cache_volume()
+    art_env, art_vols, art_mounts, init = artifact_parts(art)
+    shm_vols, shm_mounts = shm_volume(decision)
+    env = merge_named(
+        # main.rs resolve_attention(): PREFIX_CACHING env ("0" disables; unset = on for most models).
+        ({"name": "PREFIX_CACHING", "value": "1" if decision.prefix_cache else "0"},),
+        # main.rs huggingface_hub_cache (env HUGGINGFACE_HUB_CACHE): where hub downloads go.
+        ({"name": "HUGGINGFACE_HUB_CACHE", "value": MODEL_CACHE_DIR},),
+        # main.rs usage_stats (env USAGE_STATS): no usage reporting from the cluster.
+        ({"name": "USAGE_STATS", "value": "off"},),
+        art_env,  # HF_TOKEN: read by the launcher (get_config) and the shards
+    )
+    reserved = {_env_name(f.name): f.source for f in a.flags}
+    image, args, env = apply_overrides(spec, IMAGE, a, env, ALIASES, reserved)
+    startup, ready, live = health_probes("/health")  # router: GET /health
+    return EngineContainer(
+        engine=ENGINE,
+        version=VERSION,
+        name=ENGINE,
+        image=image,
+        command=COMMAND,
+        args=args,
+        env=env,
+        ports=ports(PROMETHEUS_PORT),
+        startup_probe=startup,
+        readiness_probe=ready,
+        liveness_probe=live,
+        resources=resources(decision, spec),
+        volumes=merge_named((cache_vol,), art_vols, shm_vols),
+        volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        init_containers=init,
+        metrics_port=PROMETHEUS_PORT,
+        metrics_path="/metrics",
+        unsupported=tuple(notes),
+        flags=tuple(a.flags),
+    )
+
+
+def _env_name(flag: str) -> str:
+    """clap's `env` name of a long flag: --max-batch-size -> MAX_BATCH_SIZE."""
+    return flag.lstrip("-").replace("-", "_").upper()

@@ -1,0 +1,174 @@
+"""vLLM 0.33.0 (`vllm serve`, image vllm/vllm-openai:v0.33.0).
+
+Flags are cited against vllm-project/vllm: vllm/engine/arg_utils.py (EngineArgs.add_cli_args; stored version read:
+commit 99d7eb5, the v0.11 line), vllm/config/cache.py (CacheConfig, stored commit c1d8642, which has
+kv_offloading_size/kv_offloading_backend), vllm/config/speculative.py (SpeculativeConfig, stored commit f19b16d,
+method "draft_model"), vllm/entrypoints/openai/cli_args.py (--host, --port, --served-model-name). The contract
+test parses these args with the real 0.33.0 parser (hack/vllm-venv); where 0.33.0 differs it wins.
+"""
+
+from __future__ import annotations
+
+import json
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.engines import artifacts
+from inference_backend.engines.base import (
+    HOST,
+    HTTP_PORT,
+    MODEL_CACHE_DIR,
+    ArgBuilder,
+    EngineContainer,
+    apply_overrides,
+    artifact_parts,
+    gpus,
+    health_probes,
+    merge_named,
+    model_cache_volume,
+    placement,
+    ports,
+    resources,
+    served_name,
+    shm_volume,
+)
+from inference_backend.selection.decision import Decision, ResolvedModel
+
+ENGINE = "vllm"
+VERSION = "0.33.0"
+IMAGE = f"vllm/vllm-openai:v{VERSION}"
+COMMAND = ("vllm", "serve")
+# Every spelling of the flags we set -> one name (arg_utils.py: "-tp", "-q" aliases; BooleanOptionalAction adds
+# --no-<flag>; FlexibleArgumentParser also accepts underscores, normalised in base._canonical).
+ALIASES = {
+    "-tp": "--tensor-parallel-size",
+    "-q": "--quantization",
+    "--no-enable-prefix-caching": "--enable-prefix-caching",
+    "--model": "--model",
+}
+# CUDA block sizes (config/cache.py BlockSize = 1, 8, 16, 32, 64, 128, 256; "On CUDA devices, only block sizes
+# up to 32 are supported").
+CUDA_BLOCK_SIZES = (1, 8, 16, 32)
+NGRAM_LOOKUP_MAX = 4
+NGRAM_LOOKUP_MIN = 2
+
+
+def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
+    placement(decision)  # raises on an unsatisfiable decision
+    model = decision.model
+    assert model is not None and decision.batching is not None
+    notes: list[str] = []
+    art = artifacts.resolve(model, ENGINE)
+    a = ArgBuilder()
+    # `vllm serve <model_tag>`: positional model (entrypoints/cli/serve.py); a repository id or a local path.
+    a.positional.append(art.reference)
+    a.add("--host", HOST, source="the operator (listen on all addresses)")  # openai/cli_args.py --host
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # openai/cli_args.py --port
+    # ModelConfig: --served-model-name
+    a.add("--served-model-name", served_name(decision, name), source="spec.model.servedName")
+    # ParallelConfig: --tensor-parallel-size / -tp
+    a.add("--tensor-parallel-size", gpus(decision), source="the decision's placement (GPUs per replica)")
+    # ModelConfig: --dtype {auto,half,float16,bfloat16,float,float32}
+    if model.quantization in ("awq", "gptq"):
+        # AWQ/GPTQ kernels compute in float16 (arg_utils help: "half ... Recommended for AWQ quantization").
+        a.add("--dtype", "float16", source="spec.model.quantization")
+    elif decision.serving_dtype in ("float16", "bfloat16", "float32"):
+        a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")
+    # ModelConfig: --quantization / -q. AWQ/GPTQ checkpoints carry quantization_config and vLLM then picks the
+    # fastest kernel (awq_marlin/gptq_marlin); forcing "awq" would pin the slow one, so only in-flight schemes
+    # are passed.
+    if model.quantization in ("fp8", "bitsandbytes"):
+        a.add("--quantization", model.quantization, source="spec.model.quantization")
+    a.add("--max-model-len", model.context_length, source="spec.model.contextLength")  # ModelConfig
+    # CacheConfig: --gpu-memory-utilization (0, 1]
+    a.add("--gpu-memory-utilization", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
+    if spec.kv_cache.block_size in CUDA_BLOCK_SIZES:
+        a.add("--block-size", spec.kv_cache.block_size, source="spec.kvCache.blockSize")  # CacheConfig
+    else:
+        notes.append(f"kvCache.blockSize {spec.kv_cache.block_size}: vLLM on CUDA takes 1, 8, 16 or 32; "
+                     "its default is used")  # fmt: skip
+    kv = _kv_dtype(decision, notes)
+    if kv is not None:
+        # CacheConfig.cache_dtype: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla
+        a.add("--kv-cache-dtype", kv, source="spec.kvCache.dtype")
+    if spec.kv_cache.cpu_offload_gi_b > 0:
+        # CacheConfig.kv_offloading_backend ("native" = vLLM's own CPU offloading) + kv_offloading_size (GiB,
+        # the total across TP ranks). Not --swap-space (V0 preemption swap, removed upstream).
+        a.add("--kv-offloading-backend", "native", source="spec.kvCache.cpuOffloadGiB")
+        a.add("--kv-offloading-size", spec.kv_cache.cpu_offload_gi_b, source="spec.kvCache.cpuOffloadGiB")
+    # CacheConfig.enable_prefix_caching (BooleanOptionalAction: --enable-prefix-caching / --no-...)
+    prefix = "--enable-prefix-caching" if decision.prefix_cache else "--no-enable-prefix-caching"
+    a.add(prefix, source="spec.prefixCache.enabled")
+    b = decision.batching
+    if b.max_batch_size is not None:
+        a.add("--max-num-seqs", b.max_batch_size, source="spec.batching.maxBatchSize")  # SchedulerConfig
+    if b.max_batch_tokens is not None:
+        # SchedulerConfig.max_num_batched_tokens: tokens per scheduler step (the prefill budget)
+        a.add("--max-num-batched-tokens", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
+    spec_cfg, draft_art = _speculative(decision, model)
+    if spec_cfg is not None:
+        # VllmConfig.speculative_config (JSON; SpeculativeConfig keys method, model, num_speculative_tokens,
+        # prompt_lookup_max, prompt_lookup_min)
+        a.add("--speculative-config", spec_cfg, source="spec.speculativeDecoding")
+
+    cache_vol, cache_mount = model_cache_volume()
+    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
+    shm_vols, shm_mounts = shm_volume(decision)
+    env = merge_named(
+        # HF_HOME: where huggingface_hub (vLLM's hf:// loader) caches downloads.
+        ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
+        # vllm/envs.py VLLM_NO_USAGE_STATS / DO_NOT_TRACK: no usage reporting from the cluster.
+        ({"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}),
+        art_env,
+    )
+    image, args, env = apply_overrides(spec, IMAGE, a, env, ALIASES)
+    startup, ready, live = health_probes("/health")  # openai/api_server.py GET /health
+    return EngineContainer(
+        engine=ENGINE,
+        version=VERSION,
+        name=ENGINE,
+        image=image,
+        command=COMMAND,
+        args=args,
+        env=env,
+        ports=ports(),
+        startup_probe=startup,
+        readiness_probe=ready,
+        liveness_probe=live,
+        resources=resources(decision, spec),
+        volumes=merge_named((cache_vol,), art_vols, shm_vols),
+        volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        init_containers=init,
+        metrics_port=HTTP_PORT,  # openai/api_server.py mounts the Prometheus app at /metrics on the API port
+        metrics_path="/metrics",
+        unsupported=tuple(notes),
+        flags=tuple(a.flags),
+    )
+
+
+def _kv_dtype(decision: Decision, notes: list[str]) -> str | None:
+    want = decision.kv_cache_dtype
+    if want == "auto":
+        return None
+    if want == "fp8":
+        return "fp8"
+    if want == "bfloat16":
+        return "bfloat16"
+    if want == "float16" and decision.serving_dtype == "float16":
+        return None  # "auto" = the model dtype, which is float16 already
+    notes.append(f"kvCache.dtype {want}: vLLM has no {want} KV cache unless the model computes in it "
+                 f"(serving dtype {decision.serving_dtype}); the model dtype is used")  # fmt: skip
+    return None
+
+
+def _speculative(decision: Decision, target: ResolvedModel) -> tuple[str | None, artifacts.Artifact | None]:
+    s = decision.speculation
+    if not s.enabled:
+        return None, None
+    if s.method == "ngram":
+        cfg = {"method": "ngram", "num_speculative_tokens": s.num_tokens, "prompt_lookup_max": NGRAM_LOOKUP_MAX,
+               "prompt_lookup_min": NGRAM_LOOKUP_MIN}  # fmt: skip
+        return json.dumps(cfg, sort_keys=True, separators=(",", ":")), None
+    assert s.draft is not None
+    art = artifacts.resolve(artifacts.draft_model(target, s.draft), ENGINE, "draft")
+    cfg2: dict[str, object] = {"method": "draft_model", "model": art.reference, "num_speculative_tokens": s.num_tokens}
+    return json.dumps(cfg2, sort_keys=True, separators=(",", ":")), art

@@ -1,0 +1,172 @@
+"""Render an InferenceBackend + its Decision into the Kubernetes objects the operator applies. Pure: no I/O.
+
+One function, ``render(ib, decision)``, used by the CLI (``inference-backend render``) and the operator. Output is
+deterministic: dicts are built in a fixed key order and every list in a fixed order, so the same input always
+gives byte-identical YAML. Owner references are not set here (the kube layer adds them); ``object_names`` says
+what the objects are called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from inference_backend.api import InferenceBackend
+from inference_backend.engines import ENGINES, EngineContainer
+from inference_backend.facts import GPU_RESOURCE
+from inference_backend.selection.decision import Decision
+
+Json = dict[str, Any]
+GROUP = "serving.inferencebackend.io"
+SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
+BACKEND_LABEL = f"{GROUP}/backend"
+MANAGED_BY = "inference-backend-operator"
+PART_OF = "inference-backend"
+COMPONENT = "inference-server"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+TERMINATION_GRACE_SECONDS = 60
+"""Time for in-flight generations to finish after SIGTERM (the engines stop admitting and drain)."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    objects: tuple[Json, ...]
+    container: EngineContainer
+    spec_hash: str
+    unsupported: tuple[str, ...]
+    """The Decision's unsupported features followed by the renderer's notes."""
+
+
+def object_names(ib: InferenceBackend) -> dict[str, str]:
+    """Names of the rendered objects (all in the InferenceBackend's namespace)."""
+    name = ib.metadata.name
+    return {"Deployment": name, "Service": name, "PodDisruptionBudget": name}
+
+
+def selector_labels(ib: InferenceBackend) -> dict[str, str]:
+    """The Deployment's selector. Immutable, so it holds nothing that can change (not the engine)."""
+    return {
+        "app.kubernetes.io/instance": ib.metadata.name,
+        "app.kubernetes.io/component": COMPONENT,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+    }
+
+
+def labels(ib: InferenceBackend, engine: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": engine,
+        "app.kubernetes.io/instance": ib.metadata.name,
+        "app.kubernetes.io/component": COMPONENT,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/part-of": PART_OF,
+        BACKEND_LABEL: engine,
+    }
+
+
+def spec_hash(pod_template: Json) -> str:
+    """sha256 over the canonical JSON (sorted keys, no whitespace) of the pod template, without the hash."""
+    tpl = json.loads(json.dumps(pod_template))
+    tpl.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH_ANNOTATION, None)
+    canonical = json.dumps(tpl, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _node_selector(ib: InferenceBackend, decision: Decision) -> dict[str, str]:
+    out = dict(sorted(ib.spec.hardware.node_selector.items()))
+    p = decision.placement
+    if p is not None and p.gpu is not None and p.gpu.labelled and p.gpu.product != "unknown":
+        product = p.gpu.product
+        if p.gpu.resource != GPU_RESOURCE:
+            # MIG mixed strategy: facts names the slice "<product>-MIG-<profile>"; the node label is the product,
+            # and the nvidia.com/mig-<profile> request already selects nodes with that profile.
+            product = product.split("-MIG-", 1)[0]
+        out.setdefault(GPU_PRODUCT_LABEL, product)
+    return out
+
+
+def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
+    """Everything ``render`` returns, plus the engine container, the spec hash and the notes."""
+    if decision.backend is None or decision.placement is None:
+        raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
+    spec = ib.spec
+    name = ib.metadata.name
+    namespace = ib.metadata.namespace or "default"
+    engine = decision.backend
+    c = ENGINES[engine](decision, spec, name)
+    lbl = labels(ib, engine)
+    on_gpu = decision.placement.gpu is not None
+
+    pod_annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(c.metrics_port),
+        "prometheus.io/path": c.metrics_path,
+    }
+    pod_spec: Json = {
+        # No service-link env vars: a Service named e.g. "vllm" would inject VLLM_PORT=tcp://..., which vLLM
+        # reads as its own setting, and TGI reads every flag from env (clap `env`).
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+    }
+    node_selector = _node_selector(ib, decision)
+    if node_selector:
+        pod_spec["nodeSelector"] = node_selector
+    if spec.hardware.tolerations:
+        pod_spec["tolerations"] = [t.wire() for t in spec.hardware.tolerations]
+    if c.init_containers:
+        pod_spec["initContainers"] = [dict(i) for i in c.init_containers]
+    pod_spec["containers"] = [c.to_k8s()]
+    if c.volumes:
+        pod_spec["volumes"] = [dict(v) for v in c.volumes]
+    template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
+    digest = spec_hash(template)
+    template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
+
+    deploy_spec: Json = {
+        "replicas": spec.replicas,
+        "selector": {"matchLabels": selector_labels(ib)},
+    }
+    if on_gpu:
+        # No spare GPUs to surge into: a surge pod would sit Pending on a full GPU pool, so replace one at a time.
+        deploy_spec["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    deploy_spec["template"] = template
+    meta = {"name": name, "namespace": namespace, "labels": dict(lbl)}
+    deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
+    svc_ports: list[Json] = [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+    if c.metrics_port != 8000:
+        svc_ports.append({"name": "metrics", "port": c.metrics_port, "targetPort": "metrics", "protocol": "TCP"})
+    service: Json = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(lbl)},
+        "spec": {"type": "ClusterIP", "selector": selector_labels(ib), "ports": svc_ports},
+    }
+    objects: list[Json] = [deployment, service]
+    if spec.replicas > 1:
+        objects.append({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace, "labels": dict(lbl)},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(ib)}},
+        })  # fmt: skip
+    return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
+
+
+def render(ib: InferenceBackend, decision: Decision) -> list[Json]:
+    """The Deployment, Service (and PodDisruptionBudget when replicas > 1) of one InferenceBackend."""
+    return list(render_result(ib, decision).objects)
+
+
+# libyaml's emitter when PyYAML was built with it (same output, ~10x faster); the pure-Python one otherwise.
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def to_yaml(objects: list[Json]) -> str:
+    """Multi-document YAML, keys in the order built (deterministic), no line wrapping."""
+    return "".join(
+        "---\n" + yaml.dump(o, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=10_000) for o in objects
+    )
