@@ -115,7 +115,20 @@ def build_parser() -> argparse.ArgumentParser:
     fet.add_argument("uri", help="a file or a prefix: s3://bucket/key, gs://bucket/prefix/, hf://org/repo")
     fet.add_argument("dir", help="destination directory (created if missing)")
     fet.set_defaults(func=cmd_fetch)
+    op = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
+    op.set_defaults(func=cmd_operator)
+    try:
+        from inference_backend.run import add_arguments
+    except ImportError:  # the operator extra is not installed: the offline commands still work
+        return parser
+    add_arguments(op)
     return parser
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from inference_backend.run import run
+
+    return run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,164 @@
+"""Thin kopf handlers: indexes feed the reconcile; every trigger runs the same level-triggered reconcile.
+
+- nodes are indexed by hardware class (no LIST per reconcile), Models by (namespace, name), and the children we
+  own by (namespace, name, kind) with their applied hash;
+- create/update/resume of an InferenceBackend, a periodic timer (drift, node changes) and events of the
+  Deployments we own (readiness roll-up) all call :func:`inference_backend.reconcile.reconcile`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from inference_backend import metrics
+from inference_backend.api.common import GROUP, VERSION
+from inference_backend.api.model import ModelSpec
+from inference_backend.facts import hardware_class
+from inference_backend.kube import Kube
+from inference_backend.reconcile import APPLIED_HASH, Child, World, reconcile
+from inference_backend.render import MANAGED_BY
+
+MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
+RESYNC_SECONDS = float(os.environ.get("IB_RESYNC_SECONDS", "60"))
+PLURAL = "inferencebackends"
+KUBE = Kube()
+log = logging.getLogger(__name__)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 8
+
+
+@kopf.on.cleanup()
+async def close(**_: Any) -> None:
+    await KUBE.close()
+
+
+@kopf.index("", "v1", "nodes")
+def node_classes(body: kopf.Body, **_: Any) -> dict[Any, str]:
+    name, cls = hardware_class(body)
+    return {cls: name}
+
+
+@kopf.index(GROUP, VERSION, "models")
+def models(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(body["metadata"]["namespace"], body["metadata"]["name"]): dict(body.get("spec") or {})}
+
+
+def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
+    meta = body["metadata"]
+    annotations = meta.get("annotations") or {}
+    keep = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
+    return {(meta["namespace"], meta["name"], body["kind"]): Child(annotations.get(APPLIED_HASH), keep)}
+
+
+@kopf.index("apps", "v1", "deployments", labels=MANAGED)
+def deployments(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    return _child(body)
+
+
+@kopf.index("", "v1", "services", labels=MANAGED)
+def services(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    return _child(body)
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+def pdbs(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    return _child(body)
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def backends(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    snapshot = {
+        "apiVersion": body.get("apiVersion"),
+        "metadata": dict(body["metadata"]),
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+    return {(body["metadata"]["namespace"], body["metadata"]["name"]): snapshot}
+
+
+def _first(index: kopf.Index[Any, Any]) -> dict[Any, Any]:
+    out = {}
+    for key in index:
+        for value in index[key]:
+            out[key] = value
+            break
+    return out
+
+
+def world(node_classes: kopf.Index[Any, str], models: kopf.Index[Any, Any], deployments: kopf.Index[Any, Child],
+          services: kopf.Index[Any, Child], pdbs: kopf.Index[Any, Child]) -> World:  # fmt: skip
+    classes = {cls: tuple(node_classes[cls]) for cls in node_classes}
+    metrics.NODE_CLASSES.labels("gpu").set(sum(1 for c in classes if c.has_gpu))
+    metrics.NODE_CLASSES.labels("cpu").set(sum(1 for c in classes if not c.has_gpu))
+    registry = {key: ModelSpec.model_validate(spec) for key, spec in _first(models).items() if _valid_model(spec)}
+    children = {**_first(deployments), **_first(services), **_first(pdbs)}
+    return World(classes, registry, children)
+
+
+def _valid_model(spec: Mapping[str, Any]) -> bool:
+    try:
+        ModelSpec.model_validate(spec)
+    except ValueError:
+        return False
+    return True
+
+
+async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
+    outcome = await reconcile(body, world(**indexes), KUBE, trigger)
+    if not outcome.status_written:
+        return
+    target = cast(kopf.Body, body)
+    if outcome.error:
+        kopf.warn(target, reason="InvalidSpec", message=outcome.error[:1024])
+    elif outcome.decision is not None and not outcome.decision.satisfiable:
+        kopf.warn(target, reason="Unsatisfiable", message=outcome.decision.reasons[-1][:1024])
+    elif outcome.decision is not None and outcome.applied:
+        d = outcome.decision
+        where = d.placement.describe() if d.placement else ""
+        kopf.info(target, reason="Selected", message=f"{d.backend} on {where}")
+        kopf.info(target, reason="Applied", message=f"{outcome.applied} object(s) applied")
+
+
+_INDEXES = ("node_classes", "models", "deployments", "services", "pdbs")
+
+
+def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: kwargs[k] for k in _INDEXES}
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def on_change(body: kopf.Body, reason: str, **kwargs: Any) -> None:
+    await _run(body, str(reason), **_pick(kwargs))
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+async def resync(body: kopf.Body, **kwargs: Any) -> None:
+    await _run(body, "timer", **_pick(kwargs))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+async def on_deployment(body: kopf.Body, **kwargs: Any) -> None:
+    backends: kopf.Index[Any, Any] = kwargs["backends"]
+    owners = [r for r in body["metadata"].get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"]
+    if not owners:
+        return
+    key = (body["metadata"]["namespace"], owners[0]["name"])
+    if key not in backends:
+        return
+    for ib in backends[key]:
+        await _run(ib, "deployment", **_pick(kwargs))

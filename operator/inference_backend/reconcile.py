@@ -1,0 +1,153 @@
+"""One level-triggered reconcile of an InferenceBackend: parse, read facts, select, render, apply, write status.
+
+Everything read comes from kopf indexes (nodes by hardware class, Models, owned children), so a reconcile that
+changes nothing makes no API call at all: children are applied only when their content hash differs from the
+one recorded on the live object, and the status is written only when it changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from inference_backend import metrics, status
+from inference_backend.api import InferenceBackend
+from inference_backend.api.common import GROUP
+from inference_backend.api.model import ModelSpec
+from inference_backend.facts import HardwareClass
+from inference_backend.kube import Kube, owned
+from inference_backend.manifests import explain
+from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
+from inference_backend.render import render
+from inference_backend.selection import Current, Decision, InvalidSpec, select
+
+APPLIED_HASH = f"{GROUP}/applied-hash"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Child:
+    """What the index knows of a child object: its applied hash and (for Deployments) spec and status."""
+
+    applied_hash: str | None
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class World:
+    """Read-only views the reconcile needs, built from kopf indexes."""
+
+    node_classes: Mapping[HardwareClass, Iterable[str]]
+    models: Mapping[tuple[str, str], ModelSpec]
+    children: Mapping[tuple[str, str, str], Child]
+
+    def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
+        return {cls: tuple(sorted(names)) for cls, names in self.node_classes.items()}
+
+    def registry(self, namespace: str) -> dict[str, ModelSpec]:
+        return {name: spec for (ns, name), spec in self.models.items() if ns == namespace}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decision: Decision | None
+    error: str | None
+    applied: int
+    status_written: bool
+    status: dict[str, Any]
+
+
+def content_hash(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _current(body: Mapping[str, Any]) -> Current | None:
+    """The placement serving now, kept while the spec is unchanged (so new nodes do not move it)."""
+    st = body.get("status") or {}
+    meta = body.get("metadata") or {}
+    placement = (st.get("decision") or {}).get("placement")
+    if not st.get("backend") or not placement or st.get("observedGeneration") != meta.get("generation"):
+        return None
+    return Current(st["backend"], placement.get("accelerator") or "cpu", placement.get("gpuProduct"),
+                   int(placement.get("gpusPerReplica") or 0))  # fmt: skip
+
+
+def _user_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (body.get("status") or {}).items() if k != "kopf"}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def reconcile(body: Mapping[str, Any], world: World, kube: Kube, trigger: str) -> Outcome:
+    started = time.perf_counter()
+    try:
+        outcome = await _reconcile(body, world, kube)
+    except Exception:
+        metrics.RECONCILES.labels(trigger, "error").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+    metrics.RECONCILES.labels(trigger, "ok" if outcome.error is None else "invalid").inc()
+    return outcome
+
+
+async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube) -> Outcome:
+    meta = body["metadata"]
+    namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
+    previous = _user_status(body)
+    decision: Decision | None = None
+    error: str | None = None
+    try:
+        ib = InferenceBackend.model_validate(
+            {"apiVersion": body.get("apiVersion"), "kind": "InferenceBackend",
+             "metadata": {"name": name, "namespace": namespace}, "spec": body.get("spec") or {}}
+        )  # fmt: skip
+        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=_current(body))
+    except ValidationError as exc:
+        error = explain(exc)
+        metrics.ERRORS.labels("invalid_spec").inc()
+    except InvalidSpec as exc:
+        error = str(exc)
+        metrics.ERRORS.labels("invalid_spec").inc()
+    applied = 0
+    spec_hash = None
+    if decision is not None and decision.satisfiable:
+        metrics.DECISIONS.labels(decision.backend).inc()
+        for manifest in render(ib, decision):
+            kind, child_name = manifest["kind"], manifest["metadata"]["name"]
+            if kind == "Deployment":
+                spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
+            wanted = content_hash(manifest)
+            child = world.children.get((namespace, child_name, kind))
+            if child is not None and child.applied_hash == wanted:
+                continue
+            annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted}
+            manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
+            await kube.apply(owned(manifest, dict(body)))
+            metrics.API_WRITES.labels(kind).inc()
+            applied += 1
+    elif decision is not None:
+        metrics.UNSATISFIABLE.inc()
+    deployment = world.children.get((namespace, name, "Deployment"))
+    observed = status.Observed.from_deployment(deployment.body if deployment else None)
+    new = status.compute(
+        generation=generation, decision=decision, error=error, observed=observed, serving=previous,
+        endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=spec_hash,
+    )  # fmt: skip
+    written = False
+    if status.changed(previous, new):
+        patch = {**{k: None for k in previous if k not in new}, **new}
+        await kube.patch_status(namespace, name, patch)
+        metrics.API_WRITES.labels("InferenceBackendStatus").inc()
+        written = True
+    return Outcome(decision, error, applied, written, new)

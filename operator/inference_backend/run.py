@@ -1,0 +1,36 @@
+"""`inference-backend operator`: run the kopf operator (handlers in :mod:`inference_backend.handlers`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import kopf
+from prometheus_client import start_http_server
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
+    parser.add_argument("--peering", help="kopf peering name for leader election (default: standalone)")
+    parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0 = off)")
+    parser.add_argument("--liveness-port", type=int, default=0, help="serve /healthz on this port (0 = off)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+
+def run(args: argparse.Namespace) -> int:
+    from inference_backend import handlers  # noqa: F401  (registers the handlers)
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
+    kopf.run(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        peering_name=args.peering,
+        standalone=args.peering is None,
+        liveness_endpoint=liveness,
+    )
+    return 0

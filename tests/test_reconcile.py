@@ -1,0 +1,100 @@
+"""The reconcile service with a recording writer: what it applies and when it writes nothing.
+
+The real API path (server-side apply, status subresource, kopf indexes) is exercised by e2e/test_operator.py on
+a real control plane; this checks the level-triggered logic fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from factories import MODELS, node
+from inference_backend.facts import group_nodes
+from inference_backend.reconcile import APPLIED_HASH, Child, World, reconcile
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.writes = 0
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        self.writes += 1
+        self.applied.append(obj)
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.writes += 1
+        self.statuses.append(status)
+
+
+def body(spec: dict[str, Any], generation: int = 1, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "chat", "namespace": "ns", "uid": "u-1", "generation": generation},
+        "spec": spec,
+        "status": status or {},
+    }
+
+
+def world(children: dict[tuple[str, str, str], Child] | None = None) -> World:
+    classes = group_nodes([node("l4-a", "l4", 1), node("cpu-a")])
+    return World(classes, {("ns", k): v for k, v in MODELS.items()}, children or {})
+
+
+def run(b: dict[str, Any], w: World, rec: Recorder) -> Any:
+    return asyncio.run(reconcile(b, w, rec, "test"))  # type: ignore[arg-type]
+
+
+def test_first_reconcile_applies_children_with_owner_and_hash() -> None:
+    rec = Recorder()
+    out = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
+    kinds = [o["kind"] for o in rec.applied]
+    assert kinds == ["Deployment", "Service"]
+    for obj in rec.applied:
+        ref = obj["metadata"]["ownerReferences"][0]
+        assert ref["kind"] == "InferenceBackend" and ref["uid"] == "u-1" and ref["controller"] is True
+        assert obj["metadata"]["annotations"][APPLIED_HASH]
+    assert out.status["phase"] == "Deploying" and out.status["backend"] == "vllm"
+    assert len(rec.statuses) == 1
+
+
+def test_second_reconcile_with_same_state_writes_nothing() -> None:
+    rec = Recorder()
+    first = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
+    children = {
+        ("ns", o["metadata"]["name"], o["kind"]): Child(o["metadata"]["annotations"][APPLIED_HASH], {})
+        for o in rec.applied
+    }
+    second = run(body({"model": {"modelRef": "llama-3-1-8b"}}, status=first.status), world(children), Recorder())
+    assert second.applied == 0 and second.status["ready"] == "0/1", "status now reflects the Deployment"
+    again = Recorder()
+    out = run(body({"model": {"modelRef": "llama-3-1-8b"}}, status=second.status), world(children), again)
+    assert again.writes == 0 and out.applied == 0 and not out.status_written
+
+
+def test_invalid_spec_is_reported_not_raised() -> None:
+    rec = Recorder()
+    out = run(body({"model": {"uri": "hf://x/y"}}), world(), rec)
+    assert rec.applied == []
+    assert out.status["phase"] == "Failed"
+    assert "spec.model.parameters" in out.status["conditions"][0]["message"]
+    rec = Recorder()
+    out = run(body({"model": {"uri": "hf://x/y", "parameters": "8B"}, "kvCache": {"memoryFraction": 3}}), world(), rec)
+    assert out.status["phase"] == "Failed" and "kvCache.memoryFraction" in out.status["conditions"][0]["message"]
+
+
+def test_unsatisfiable_update_keeps_the_deployment() -> None:
+    rec = Recorder()
+    first = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
+    dep = next(o for o in rec.applied if o["kind"] == "Deployment")
+    live = {"spec": {"replicas": 1}, "status": {"readyReplicas": 1, "conditions": [
+        {"type": "Available", "status": "True"}]}}  # fmt: skip
+    children = {("ns", "chat", "Deployment"): Child(dep["metadata"]["annotations"][APPLIED_HASH], live)}
+    again = Recorder()
+    out = run(body({"model": {"modelRef": "llama-3-1-70b"}}, generation=2, status=first.status), world(children), again)
+    assert again.applied == [], "nothing is applied for a spec that cannot be served"
+    assert out.status["phase"] == "Degraded" and out.status["backend"] == "vllm"
+    assert out.status["readyReplicas"] == 1
