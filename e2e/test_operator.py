@@ -1,0 +1,319 @@
+"""The operator on the real control plane: install through helm, run it with the chart's ServiceAccount, and check
+what users see (kubectl get/describe), what it applies, and how it behaves on change, failure and restart.
+
+The operator runs here as a local process (KWOK plays the kubelets, so no container runs) but with a kubeconfig
+holding a token of the chart's ServiceAccount, so the chart's RBAC is what it is allowed to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "docs/examples"
+NODE_SETS = ROOT / "e2e/nodes"
+SA = "inference-backend"
+SYSTEM_NS = "ib-system"
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+GROUP = "serving.inferencebackend.io"
+
+
+def tool(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    cache = Path(os.environ.get("IB_CACHE", Path.home() / ".cache/inference-backend")) / "bin"
+    candidates = sorted(cache.glob(f"{name}-v*"))
+    assert candidates, f"{name} not found on PATH or in {cache}: run e2e/build-binaries"
+    return str(candidates[-1])
+
+
+def kubectl(*args: str, check: bool = True, stdin: str | None = None, kubeconfig: str | None = None) -> str:
+    env = {**os.environ, **({"KUBECONFIG": kubeconfig} if kubeconfig else {})}
+    res = subprocess.run([tool("kubectl"), *args], capture_output=True, text=True, input=stdin, env=env, check=False)
+    if check and res.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
+    return res.stdout + (res.stderr if not check else "")
+
+
+def get_json(*args: str) -> Any:
+    return json.loads(kubectl("get", *args, "-o", "json"))
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[None]:
+    helm = tool("helm")
+    kubectl("apply", "-f", str(NODE_SETS))
+    res = subprocess.run([helm, "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "--namespace",
+                          SYSTEM_NS, "--create-namespace", "--set", "resyncSeconds=5", "--wait=false"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    yield
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(chart: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
+    token = kubectl("create", "token", "ib-inference-backend", "-n", SYSTEM_NS, "--duration=2h").strip()
+    cluster = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+class Operator:
+    def __init__(self, kubeconfig: str, log: Path) -> None:
+        self.kubeconfig, self.log = kubeconfig, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "IB_RESYNC_SECONDS": "3", "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
+               "--peering", "inference-backend", "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture(scope="module")
+def operator(sa_kubeconfig: str, e2e_dir: Path) -> Iterator[Operator]:
+    kubectl("apply", "-f", str(EXAMPLES / "models.yaml"), "-n", "default")
+    op = Operator(sa_kubeconfig, e2e_dir / "logs" / "operator.log")
+    op.start()
+    yield op
+    op.stop()
+
+
+def example(name: str, namespace: str, **overrides: Any) -> dict[str, Any]:
+    doc = yaml.safe_load((EXAMPLES / name).read_text())
+    doc["metadata"]["namespace"] = namespace
+    hardware = doc["spec"].setdefault("hardware", {})
+    hardware.setdefault("tolerations", []).append(KWOK_TOLERATION)
+    for key, value in overrides.items():
+        doc["spec"][key] = value
+    return doc
+
+
+def apply(doc: dict[str, Any], check: bool = True) -> str:
+    return kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", stdin=yaml.safe_dump(doc), check=check)
+
+
+def ib(namespace: str, name: str) -> dict[str, Any]:
+    return get_json("ib", name, "-n", namespace)  # type: ignore[no-any-return]
+
+
+def wait_phase(wait_until: Any, namespace: str, name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = ib(namespace, name)
+        st = obj.get("status") or {}
+        if st.get("phase") == phase and st.get("observedGeneration") == obj["metadata"]["generation"]:
+            return obj
+        return None
+
+    return wait_until(f"{namespace}/{name} phase {phase}", check, timeout=timeout)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def ns(namespace: str) -> str:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "models.yaml"))
+    kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
+    kubectl("create", "secret", "generic", "s3-models", "-n", namespace, "--from-literal=AWS_ACCESS_KEY_ID=x",
+            "--from-literal=AWS_SECRET_ACCESS_KEY=y")  # fmt: skip
+    return namespace
+
+
+CASES = [
+    ("vllm-llama-3-1-8b.yaml", "vllm", ["--max-num-seqs", "64", "--enable-prefix-caching", "--speculative-config"]),
+    ("vllm-llama-3-1-70b-tp.yaml", "vllm", ["--tensor-parallel-size", "4"]),
+    ("tgi-mistral-7b.yaml", "tgi", ["--speculate", "3", "--port", "8000"]),
+    ("llamacpp-cpu-gguf.yaml", "llamacpp", ["--spec-draft-n-max", "8", "-ctk", "q8_0"]),
+    ("onnxruntime-phi-3.yaml", "onnxruntime", ["--batching", "dynamic", "--max-wait-ms", "10"]),
+    ("pytorch-research.yaml", "pytorch", ["--batching", "dynamic", "--max-batch-size", "16"]),
+]
+
+
+@pytest.mark.parametrize(("file", "engine", "flags"), CASES, ids=[c[1] + "-" + c[0].split(".")[0] for c in CASES])
+def test_example_reaches_ready(operator: Operator, ns: str, wait_until: Any, file: str, engine: str,
+                               flags: list[str]) -> None:  # fmt: skip
+    doc = example(file, ns)
+    name = doc["metadata"]["name"]
+    apply(doc)
+    obj = wait_phase(wait_until, ns, name, "Ready")
+    st = obj["status"]
+    assert st["backend"] == engine and st["ready"] == "1/1"
+    assert {c["type"]: c["status"] for c in st["conditions"]} >= {"BackendSelected": "True", "Ready": "True"}
+    dep = get_json("deployment", name, "-n", ns)
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    args = container.get("args", [])
+    for flag in flags:
+        assert flag in args, (flag, args)
+    ref = dep["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"]) == ("InferenceBackend", name, obj["metadata"]["uid"])
+    assert "argocd.argoproj.io/instance" not in dep["metadata"].get("labels", {})
+    assert operator.alive()
+
+
+def test_get_describe_and_delete(operator: Operator, ns: str, wait_until: Any) -> None:
+    doc = example("vllm-llama-3-1-8b.yaml", ns)
+    apply(doc)
+    wait_phase(wait_until, ns, "llama-chat", "Ready")
+    table = kubectl("get", "ib", "-n", ns)
+    header = table.splitlines()[0].split()
+    assert header == ["NAME", "BACKEND", "PHASE", "READY", "ENDPOINT", "AGE"]
+    assert "vllm" in table and "Ready" in table and "1/1" in table and f"http://llama-chat.{ns}.svc:8000" in table
+    described = kubectl("describe", "ib", "llama-chat", "-n", ns)
+    for text in ("Reasons:", "chosen: vllm on", "BackendSelected", "Events:", "Selected", "Applied"):
+        assert text in described, text
+    kubectl("delete", "ib", "llama-chat", "-n", ns)
+    gone = lambda: not kubectl("get", "deployment,service", "-n", ns, "-o", "name").strip()  # noqa: E731
+    wait_until("children garbage-collected", gone, timeout=60)
+
+
+def test_batching_change_rolls_the_deployment(operator: Operator, ns: str, wait_until: Any) -> None:
+    doc = example("pytorch-research.yaml", ns)
+    apply(doc)
+    wait_phase(wait_until, ns, "research-gpt", "Ready")
+    before = get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["metadata"]["annotations"]
+    doc["spec"]["batching"]["maxBatchSize"] = 4
+    apply(doc)
+    after = wait_until("a new spec hash", lambda: (
+        a := get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["metadata"]["annotations"]
+    )[f"{GROUP}/spec-hash"] != before[f"{GROUP}/spec-hash"] and a)  # fmt: skip
+    assert after[f"{GROUP}/spec-hash"] != before[f"{GROUP}/spec-hash"]
+    args = get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-batch-size") + 1] == "4"
+    assert ib(ns, "research-gpt")["status"]["specHash"] == after[f"{GROUP}/spec-hash"]
+
+
+def test_unsatisfiable_update_keeps_serving(operator: Operator, ns: str, wait_until: Any) -> None:
+    doc = example("tgi-mistral-7b.yaml", ns)
+    apply(doc)
+    wait_phase(wait_until, ns, "mistral-tgi", "Ready")
+    dep_before = get_json("deployment", "mistral-tgi", "-n", ns)
+    doc["spec"]["model"]["parameters"] = "400B"
+    apply(doc)
+    obj = wait_phase(wait_until, ns, "mistral-tgi", "Degraded")
+    conds = {c["type"]: c for c in obj["status"]["conditions"]}
+    assert conds["BackendSelected"]["status"] == "False" and "does not fit" in conds["Fits"]["message"]
+    assert conds["Ready"]["status"] == "True" and obj["status"]["backend"] == "tgi"
+    dep = get_json("deployment", "mistral-tgi", "-n", ns)
+    assert dep["metadata"]["generation"] == dep_before["metadata"]["generation"], "the serving Deployment is untouched"
+    assert {c["type"]: c["status"] for c in dep["status"]["conditions"]}["Available"] == "True"
+    events = kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=mistral-tgi")
+    assert "Unsatisfiable" in events
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"kvCache": {"memoryFraction": 1.5}}, "spec.kvCache.memoryFraction"),
+        ({"speculativeDecoding": {"method": "draft"}}, "draftModelRef is required when method is draft"),
+        ({"speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 40}},
+         "spec.speculativeDecoding.numSpeculativeTokens"),
+        ({"model": {"parameters": "8B"}}, "set model.modelRef or model.uri"),
+        ({"backend": "sglang"}, "spec.backend"),
+    ],
+)  # fmt: skip
+def test_invalid_manifest_refused_at_admission(operator: Operator, ns: str, patch: dict[str, Any], field: str) -> None:
+    doc = example("pytorch-research.yaml", ns)
+    doc["metadata"]["name"] = "bad"
+    doc["spec"].update(patch)
+    out = apply(doc, check=False)
+    assert "Invalid" in out or "invalid" in out, out
+    assert field in out, out
+
+
+def test_no_spec_diff_after_reconcile(operator: Operator, ns: str, wait_until: Any, tmp_path: Path) -> None:
+    doc = example("onnxruntime-phi-3.yaml", ns)
+    apply(doc)
+    wait_phase(wait_until, ns, "phi3-onnx", "Ready")
+    f = tmp_path / "ib.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    res = subprocess.run([tool("kubectl"), "diff", "--server-side", "--field-manager=e2e", "-f", str(f)],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _audit_writes(audit: Path, since: float, user: str) -> list[dict[str, Any]]:
+    out = []
+    for line in audit.read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("stage") != "ResponseComplete" or ev.get("verb") not in ("create", "update", "patch", "delete"):
+            continue
+        if user not in ev.get("user", {}).get("username", ""):
+            continue
+        stamp = ev.get("requestReceivedTimestamp", "")
+        t = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        if t >= since:
+            out.append(ev)
+    return out
+
+
+def test_restart_causes_no_writes(operator: Operator, ns: str, wait_until: Any, e2e_dir: Path) -> None:
+    doc = example("llamacpp-cpu-gguf.yaml", ns)
+    apply(doc)
+    wait_phase(wait_until, ns, "llama-edge", "Ready")
+    time.sleep(8)  # let timers and deployment events settle
+    operator.stop()
+    since = time.time()
+    operator.start()
+    time.sleep(20)  # resume handlers, a few timer rounds (IB_RESYNC_SECONDS=3), deployment events
+    writes = [e for e in _audit_writes(e2e_dir / "audit.log", since, f"system:serviceaccount:{SYSTEM_NS}:")
+              if (e.get("objectRef") or {}).get("resource") != "clusterkopfpeerings"]  # fmt: skip
+    assert writes == [], [(e["verb"], e["objectRef"]) for e in writes]
+    assert ib(ns, "llama-edge")["status"]["phase"] == "Ready"
+
+
+def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wait_until: Any) -> None:
+    doc = example("pytorch-research.yaml", ns)
+    apply(doc)
+    obj = wait_phase(wait_until, ns, "research-gpt", "Ready")
+    gpu = obj["status"]["decision"]["placement"]["gpuProduct"]
+    assert gpu, obj["status"]["decision"]
+    nodes = [n for n in get_json("nodes")["items"] if n["metadata"]["labels"].get("nvidia.com/gpu.product") == gpu
+             or ("nvidia.com/gpu" in n["status"]["allocatable"] and gpu == "unknown")]  # fmt: skip
+    saved = [{k: v for k, v in n.items() if k in ("apiVersion", "kind", "metadata", "spec", "status")} for n in nodes]
+    try:
+        for n in nodes:
+            kubectl("cordon", n["metadata"]["name"])
+
+        def moved() -> dict[str, Any] | None:
+            st = ib(ns, "research-gpt")["status"]
+            placement = (st.get("decision") or {}).get("placement") or {}
+            return st if placement.get("gpuProduct") != gpu else None
+
+        st = wait_until("re-selection away from the cordoned GPUs", moved, timeout=60)
+        assert any("no longer valid: selecting again" in r for r in st["decision"]["reasons"])
+    finally:
+        for n in saved:
+            kubectl("uncordon", n["metadata"]["name"])
