@@ -2,7 +2,7 @@
 // from the Go module proxy. k8s.io/kubernetes requires its staging modules at v0.0.0 and
 // replaces them with ./staging/src/..., which only works inside its own repository, so every
 // staging module is replaced here with its published v0.<minor>.<patch> twin.
-// Regenerate the replace block with e2e/gomod/kubernetes/gen-replaces when bumping Kubernetes.
+// To move to another release run e2e/gomod/kubernetes/bump vX.Y.Z (rewrites require + replaces, tidies).
 module inference-backend.local/e2e/kubernetes
 
 go 1.26.0
