@@ -41,7 +41,6 @@ def _cluster_problem() -> str | None:
     if not Path(path).is_file():
         return f"KUBECONFIG={path} does not exist: start the local cluster with e2e/up"
     try:
-        import httpx
         from lightkube.config.client_adapter import Client as HttpxClient
         from lightkube.config.client_adapter import ConnectionParams
         from lightkube.config.kubeconfig import KubeConfig
@@ -62,7 +61,7 @@ def _cluster_problem() -> str | None:
             r = http.get("/readyz", timeout=5)
         if r.status_code != 200:
             return f"cluster at {config.cluster.server} is not ready: /readyz answered {r.status_code}"
-    except httpx.HTTPError as e:
+    except Exception as e:  # lightkube's HTTP library (httpx or httpx2) and ssl errors alike
         return f"no cluster reachable at {config.cluster.server} ({e!r}): start it with e2e/up"
     return None
 
@@ -87,7 +86,7 @@ def kube() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def kube_http() -> Iterator[Any]:
-    """An httpx Client with the credentials of $KUBECONFIG, for non-resource paths (/version)."""
+    """lightkube's HTTP client (httpx API) with $KUBECONFIG's credentials, for paths like /version."""
     from lightkube.config.client_adapter import Client as HttpxClient
     from lightkube.config.client_adapter import ConnectionParams
     from lightkube.config.kubeconfig import KubeConfig

@@ -245,6 +245,7 @@ def test_audit_log_records_writes(kube: Any, namespace: str, e2e_dir: Path, wait
                 ev["verb"] == "create"
                 and ref.get("resource") == "configmaps"
                 and ref.get("namespace") == namespace
+                and ref.get("name") == "audited"
             ):
                 return ev
         return None

@@ -19,6 +19,7 @@ import argparse
 import json
 import re
 import sys
+import uuid
 from pathlib import Path
 
 KUBELET_VERSION = "v1.36.3"
@@ -127,10 +128,15 @@ def node(cls: str, name: str) -> dict:
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
+            # Every field of NodeSystemInfo is required by the API schema (typed clients check it).
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
                 "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": "",
+                "bootID": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{name}.ib-e2e")),
+                "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, f"machine.{name}.ib-e2e").hex,
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"system.{name}.ib-e2e")).upper(),
                 "containerRuntimeVersion": "containerd://2.1.4",
                 "osImage": "Ubuntu 24.04.3 LTS",
                 "kernelVersion": "6.8.0-1031-aws",
