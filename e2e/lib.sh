@@ -48,4 +48,17 @@ E2E_SERVICE_CIDR=${E2E_SERVICE_CIDR:-10.96.0.0/16}
 E2E_CLUSTER_CIDR=${E2E_CLUSTER_CIDR:-10.244.0.0/16}
 
 log() { echo ">> $*"; }
+
+# lock_state: one e2e/up or e2e/down at a time per E2E_DIR (the lock file sits beside it, since
+# down --purge removes the directory). Nested calls (up runs down) inherit the lock.
+lock_state() {
+  [[ ${E2E_STATE_LOCKED:-} == "$E2E_DIR" ]] && return 0
+  mkdir -p "$(dirname "$E2E_DIR")"
+  exec 8>"$E2E_DIR.lock"
+  if ! flock -n 8; then
+    log "another e2e/up or e2e/down is working on $E2E_DIR; waiting"
+    flock 8
+  fi
+  export E2E_STATE_LOCKED=$E2E_DIR
+}
 die() { echo "!! $*" >&2; exit 1; }
