@@ -8,6 +8,7 @@ E2E_ALLOW_REMOTE=1 lifts that guard for a disposable remote cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -135,3 +136,54 @@ def wait_until() -> Callable[..., Any]:
 def kube_version() -> str:
     """The Kubernetes version e2e/build-binaries builds (e2e/gomod/kubernetes/go.mod)."""
     return pinned_kube_version()
+
+
+class AuditLog:
+    """Reads the API server's audit log (e2e/up logs every write at Metadata level, JSON lines).
+
+    mark = audit.mark(); ...do things...; audit.writes(since=mark, user="system:serviceaccount:x:y")
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def mark(self) -> int:
+        """A position in the log: writes() after it only returns events logged later."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def writes(
+        self,
+        since: int = 0,
+        *,
+        user: str | None = None,
+        resource: str | None = None,
+        namespace: str | None = None,
+        verbs: tuple[str, ...] = ("create", "update", "patch", "delete", "deletecollection"),
+    ) -> list[dict[str, Any]]:
+        events = []
+        with self.path.open("rb") as f:
+            f.seek(since)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break  # an event still being written
+                ev = json.loads(line)
+                ref = ev.get("objectRef", {})
+                if ev.get("verb") not in verbs or ev.get("stage") != "ResponseComplete":
+                    continue
+                if user is not None and ev.get("user", {}).get("username") != user:
+                    continue
+                if resource is not None and ref.get("resource") != resource:
+                    continue
+                if namespace is not None and ref.get("namespace") != namespace:
+                    continue
+                events.append(ev)
+        return events
+
+
+@pytest.fixture(scope="session")
+def audit_log(e2e_dir: Path) -> AuditLog:
+    """The audit log of e2e/up's cluster; skips the test when there is none."""
+    path = e2e_dir / "audit.log"
+    if not path.is_file():
+        pytest.skip(f"no audit log at {path} (cluster not started by e2e/up, or another E2E_DIR)")
+    return AuditLog(path)
