@@ -37,7 +37,8 @@ binpath() {
 E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
 
 # State of a running local cluster, and its ports (all on 127.0.0.1).
-export E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}
+E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}
+export E2E_DIR=$(realpath -m "$E2E_DIR")  # absolute: it ends up in kubeconfigs and messages
 E2E_ETCD_PORT=${E2E_ETCD_PORT:-22379}
 E2E_ETCD_PEER_PORT=${E2E_ETCD_PEER_PORT:-22380}
 E2E_APISERVER_PORT=${E2E_APISERVER_PORT:-26443}
