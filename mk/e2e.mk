@@ -1,0 +1,23 @@
+# Local Kubernetes control plane (e2e/): binaries built into $(IB_CACHE)/bin, a cluster on 127.0.0.1
+# whose state lives in $(E2E_DIR) (default /tmp/ib-e2e), and the end-to-end tests that run on it.
+TEST_TARGETS += e2e-smoke
+
+.PHONY: e2e-binaries cluster-up cluster-down e2e-smoke e2e
+
+e2e-binaries:
+	e2e/build-binaries
+
+# Leaves the cluster running, with the fake node sets applied: export KUBECONFIG=$${E2E_DIR:-/tmp/ib-e2e}/kubeconfig
+cluster-up: e2e-binaries
+	e2e/up --nodes
+
+cluster-down:
+	e2e/down
+
+# Builds, starts a fresh cluster, runs e2e/test_cluster.py, stops the cluster (also on failure).
+e2e-smoke: venv
+	E2E_PYTHON=$(PY) e2e/run-tests e2e/test_cluster.py
+
+# All end-to-end tests under e2e/.
+e2e: venv
+	E2E_PYTHON=$(PY) e2e/run-tests
