@@ -47,13 +47,13 @@ def make_tokenizer(out: Path, vocab_size: int = 320) -> int:
     return len(fast)
 
 
-def make_model(out: Path, layers: int = 2, seed: int = 0, hidden: int = 64) -> Path:
+def make_model(out: Path, layers: int = 2, seed: int = 0, hidden: int = 64, vocab_size: int = 320) -> Path:
     """Save a random LlamaForCausalLM (float32) plus the tiny tokenizer in `out`."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
-    vocab = make_tokenizer(out)
+    vocab = make_tokenizer(out, vocab_size)
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
