@@ -42,7 +42,8 @@ def test_defaults_and_choices() -> None:
 @pytest.mark.parametrize("kind", ["pytorch", "onnx"])
 def test_args_module_imports_nothing_heavy(kind: str) -> None:
     code = (
-        f"import sys; from inference_backend.runners.{kind}.args import build_parser; build_parser().format_help(); "
+        f"import sys; from inference_backend.runners.{kind}.args import build_parser; "
+        "build_parser().format_help(); "
         "heavy = {'torch', 'transformers', 'onnxruntime', 'fastapi', 'numpy', 'uvicorn'} & set(sys.modules); "
         "assert not heavy, heavy"
     )
