@@ -1,0 +1,23 @@
+# Runners (PyTorch eager runner, ONNX Runtime server): heavy deps live in a cached venv outside the clone,
+# keyed by a hash of hack/runners-requirements.txt (created on first use by hack/runners-venv).
+.PHONY: runners-venv runners-test runners-lint runners-bench
+TEST_TARGETS += runners-test
+
+RUNNERS_VENV_SCRIPT := hack/runners-venv
+
+runners-venv:
+	@$(RUNNERS_VENV_SCRIPT) >/dev/null
+
+runners-test:
+	@venv="$$($(RUNNERS_VENV_SCRIPT))"; \
+	echo ">> runners-test with $$venv"; \
+	IB_REQUIRE_RUNNERS=1 PYTHONPATH=operator "$$venv/bin/python" -m pytest -q -p no:cacheprovider tests/runners
+
+runners-lint:
+	@venv="$$($(RUNNERS_VENV_SCRIPT))"; \
+	"$$venv/bin/ruff" check operator/inference_backend/runners tests/runners bench; \
+	"$$venv/bin/ruff" format --check operator/inference_backend/runners tests/runners bench; \
+	"$$venv/bin/mypy" operator/inference_backend/runners
+
+runners-bench:
+	@venv="$$($(RUNNERS_VENV_SCRIPT))"; PYTHONPATH=operator "$$venv/bin/python" bench/runners.py

@@ -1,0 +1,102 @@
+"""Flags shared by both servers.
+
+Imports nothing heavy: the renderers' contract tests parse rendered container args with these parsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str, ...]) -> None:
+    model = parser.add_argument_group("model")
+    model.add_argument("--model", required=True, metavar="PATH", help="local model directory")
+    model.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        default=None,
+        help="name clients use in the 'model' field (default: the model directory's name)",
+    )
+    model.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "float16", "bfloat16"),
+        default="auto",
+        help="weight/activation dtype; auto = float32 on CPU, the checkpoint's dtype (else float16) on GPU",
+    )
+    model.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="max prompt + generated tokens per request (default: the model's max_position_embeddings)",
+    )
+
+    http = parser.add_argument_group("http")
+    http.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    http.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
+    http.add_argument(
+        "--max-queue",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="max requests waiting for admission; beyond it requests get 429 (default: 256)",
+    )
+
+    sched = parser.add_argument_group("scheduling")
+    sched.add_argument(
+        "--batching",
+        choices=batching_modes,
+        default=batching_modes[-1],
+        help=f"batching policy (default: {batching_modes[-1]}); see docs/runners.md",
+    )
+    sched.add_argument(
+        "--max-batch-size", type=positive_int, default=16, metavar="N", help="max sequences per batch (16)"
+    )
+    sched.add_argument(
+        "--max-batch-tokens",
+        type=positive_int,
+        default=8192,
+        metavar="N",
+        help="max prompt tokens prefilled per scheduling step / batch (default: 8192)",
+    )
+    sched.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=10.0,
+        metavar="N",
+        help="static: max wait for a full batch; dynamic: collection window after the first arrival (10)",
+    )
+    sched.add_argument(
+        "--kv-cache-memory-fraction",
+        type=fraction,
+        default=0.9,
+        metavar="F",
+        help="fraction of device memory (host RAM on CPU) that weights + KV cache may use; the rest of it "
+        "after weights is the KV budget used for admission control (default: 0.9)",
+    )
+    sched.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="reuse the KV cache of shared prompt prefixes (LRU, 16-token blocks)",
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, default=None, metavar="N", help="CPU compute threads (default: all)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error"), help="log level"
+    )

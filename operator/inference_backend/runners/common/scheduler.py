@@ -1,0 +1,244 @@
+"""Request scheduling shared by both runners: queueing, batching policies, KV admission control, metrics.
+
+One engine thread owns the model. Policies:
+  static     - wait until --max-batch-size requests are queued (or the oldest waited --max-wait-ms), run that
+               batch to completion; nothing joins a running batch.
+  dynamic    - once the first request of a batch arrives, collect for --max-wait-ms (or until
+               --max-batch-size / --max-batch-tokens is reached), run to completion; when the previous
+               batch ran longer than the window, the next one starts at once with what is queued.
+  continuous - at every decode step, finished sequences leave and queued ones are prefilled and join.
+Admission: a request reserves prompt + max_tokens KV tokens; it waits while the reservation would exceed the
+KV budget (--kv-cache-memory-fraction).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inference_backend.runners.common.engine import GenRequest, QueueFull, TokenEvent
+from inference_backend.runners.common.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Sequence:
+    req: GenRequest
+    tokens: list[int]
+    prompt_len: int
+    reserved: int
+    finish: str | None = None
+    slot: Any = None  # backend-owned state (row index, caches, sampler)
+    t_last: float = 0.0
+    generated: int = 0
+    scheduled: float = field(default_factory=time.monotonic)
+
+
+class Backend(Protocol):
+    def prefill(self, seqs: list[Sequence]) -> list[list[int]]:
+        """Compute the prompts' KV, add them to the running batch, return each one's first token(s)."""
+        ...
+
+    def decode(self, seqs: list[Sequence]) -> list[list[int]]:
+        """One step for every running sequence (same order); speculative steps may return several tokens."""
+        ...
+
+    def release(self, seqs: list[Sequence]) -> None:
+        """Drop finished sequences from the running batch."""
+        ...
+
+
+class Scheduler:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        policy: str,
+        max_batch_size: int,
+        max_batch_tokens: int,
+        max_wait_ms: float,
+        max_queue: int,
+        kv_capacity_tokens: int,
+        max_model_len: int,
+        eos_token_ids: set[int],
+        metrics: Metrics,
+    ) -> None:
+        self.backend = backend
+        self.policy = policy
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self.kv_capacity = kv_capacity_tokens
+        self.max_model_len = max_model_len
+        self.eos = eos_token_ids
+        self.metrics = metrics
+        self.waiting: collections.deque[GenRequest] = collections.deque()
+        self.running: list[Sequence] = []
+        self.reserved = 0
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+
+    # -- called from the HTTP side -------------------------------------------------------------------
+    def submit(self, req: GenRequest) -> None:
+        with self._cond:
+            if len(self.waiting) >= self.max_queue:
+                raise QueueFull(self.max_queue)
+            self.waiting.append(req)
+            self.metrics.waiting.set(len(self.waiting))
+            self._cond.notify()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join(timeout=5)
+
+    # -- engine thread --------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            admitted = self._next_admissions()
+            if admitted is None:
+                return
+            try:
+                if admitted:
+                    self._prefill(admitted)
+                if self.running:
+                    self._decode()
+            except Exception as exc:  # a bug or OOM must not kill the server: fail the batch, go on
+                log.exception("engine step failed")
+                self._fail_all(str(exc))
+
+    def _next_admissions(self) -> list[Sequence] | None:
+        """Block as the policy says; return the requests to prefill now (None: shutting down)."""
+        with self._cond:
+            while True:
+                if self._stop:
+                    return None
+                self._drop_cancelled_waiting()
+                if self.policy == "continuous":
+                    if self.running or self.waiting:
+                        return self._take(self.max_batch_size - len(self.running))
+                elif self.running:
+                    return []  # static/dynamic: nothing joins a running batch
+                elif self.waiting:
+                    age = time.monotonic() - self.waiting[0].arrival
+                    full = len(self.waiting) >= self.max_batch_size
+                    if self.policy == "dynamic" and not full:
+                        full = self._queued_tokens() >= self.max_batch_tokens
+                    if full or age >= self.max_wait:
+                        return self._take(self.max_batch_size)
+                    self._cond.wait(timeout=self.max_wait - age)
+                    continue
+                self._cond.wait(timeout=1.0)
+
+    def _queued_tokens(self) -> int:
+        return sum(len(r.prompt_ids) for r in self.waiting)
+
+    def _drop_cancelled_waiting(self) -> None:
+        for req in [r for r in self.waiting if r.cancelled.is_set()]:
+            self.waiting.remove(req)
+            req.emit(TokenEvent([], "abort"))
+
+    def _take(self, slots: int) -> list[Sequence]:
+        taken: list[Sequence] = []
+        tokens = 0
+        while self.waiting and len(taken) < slots:
+            req = self.waiting[0]
+            need = min(len(req.prompt_ids) + req.params.max_tokens, self.max_model_len)
+            if taken and tokens + len(req.prompt_ids) > self.max_batch_tokens:
+                break
+            if self.reserved + need > self.kv_capacity and (self.running or taken):
+                break  # wait for KV budget; a lone request always runs (max_model_len fits the budget)
+            self.waiting.popleft()
+            tokens += len(req.prompt_ids)
+            self.reserved += need
+            now = time.monotonic()
+            self.metrics.queue_time.observe(now - req.arrival)
+            taken.append(Sequence(req, list(req.prompt_ids), len(req.prompt_ids), need, scheduled=now))
+        self.metrics.waiting.set(len(self.waiting))
+        return taken
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        self.running.extend(seqs)
+        self.metrics.prompt_tokens.inc(sum(s.prompt_len for s in seqs))
+        self._gauges()
+        try:
+            first = self.backend.prefill(seqs)
+        except Exception:
+            for s in seqs:
+                self.running.remove(s)
+                self.reserved -= s.reserved
+            raise
+        self._advance(seqs, first)
+
+    def _decode(self) -> None:
+        for s in self.running:
+            if s.req.cancelled.is_set():
+                s.finish = "abort"
+        self._retire()
+        if self.running:
+            self._advance(list(self.running), self.backend.decode(list(self.running)))
+
+    def _advance(self, seqs: list[Sequence], new: list[list[int]]) -> None:
+        now = time.monotonic()
+        for seq, toks in zip(seqs, new, strict=True):
+            out: list[int] = []
+            for tok in toks:
+                if tok in self.eos and not seq.req.params.ignore_eos:
+                    seq.finish = "stop"
+                    break
+                out.append(tok)
+                seq.tokens.append(tok)
+                seq.generated += 1
+                if seq.generated >= seq.req.params.max_tokens or len(seq.tokens) >= self.max_model_len:
+                    seq.finish = "length"
+                    break
+            if seq.t_last == 0.0:
+                self.metrics.ttft.observe(now - seq.req.arrival)
+            elif out:
+                for _ in out:
+                    self.metrics.itl.observe((now - seq.t_last) / len(out))
+            seq.t_last = now
+            self.metrics.generation_tokens.inc(len(out))
+            seq.req.emit(TokenEvent(out, seq.finish))
+        self._retire()
+
+    def _retire(self) -> None:
+        done = [s for s in self.running if s.finish is not None]
+        if not done:
+            return
+        now = time.monotonic()
+        for s in done:
+            self.running.remove(s)
+            self.reserved -= s.reserved
+            self.metrics.e2e.observe(now - s.req.arrival)
+            self.metrics.finished(s.finish or "stop")
+            if s.finish == "abort":
+                s.req.emit(TokenEvent([], "abort"))
+        self.backend.release(done)
+        self._gauges()
+
+    def _fail_all(self, message: str) -> None:
+        for s in self.running:
+            s.finish = "abort"
+            s.req.emit(TokenEvent([], "abort", error=message))
+        self.reserved = 0
+        try:
+            self.backend.release(list(self.running))
+        finally:
+            self.running = []
+            self._gauges()
+
+    def _gauges(self) -> None:
+        self.metrics.running.set(len(self.running))
+        self.metrics.kv_usage.set(self.reserved / self.kv_capacity if self.kv_capacity else 0.0)

@@ -1,0 +1,1 @@
+"""ONNX Runtime server and exporter."""

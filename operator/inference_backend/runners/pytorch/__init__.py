@@ -1,0 +1,1 @@
+"""PyTorch eager runner (transformers + torch)."""

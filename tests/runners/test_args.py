@@ -1,0 +1,58 @@
+"""The flag parsers import nothing heavy and document every flag (runs in the light `make unit` venv too)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from inference_backend.runners.onnx.args import build_parser as onnx_parser
+from inference_backend.runners.pytorch.args import build_parser as pytorch_parser
+
+ROOT = Path(__file__).parents[2]
+COMMON = {
+    "--model", "--served-model-name", "--host", "--port", "--dtype", "--batching", "--max-batch-size",
+    "--max-batch-tokens", "--max-wait-ms", "--max-model-len", "--max-queue", "--kv-cache-memory-fraction",
+    "--enable-prefix-caching", "--threads",
+}  # fmt: skip
+
+
+def _flags(parser: object) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--")}  # type: ignore[attr-defined]
+
+
+def test_flag_sets() -> None:
+    assert COMMON | {"--device", "--draft-model", "--num-speculative-tokens"} <= _flags(pytorch_parser())
+    assert COMMON | {"--providers"} <= _flags(onnx_parser())
+    assert "--no-enable-prefix-caching" in _flags(onnx_parser())
+
+
+def test_defaults_and_choices() -> None:
+    p = pytorch_parser().parse_args(["--model", "m"])
+    assert (p.port, p.batching, p.device, p.enable_prefix_caching) == (8000, "continuous", "auto", False)
+    o = onnx_parser().parse_args(["--model", "m", "--enable-prefix-caching"])
+    assert (o.port, o.batching, o.enable_prefix_caching) == (8000, "dynamic", True)
+    with pytest.raises(SystemExit):
+        onnx_parser().parse_args(["--model", "m", "--batching", "continuous"])
+    with pytest.raises(SystemExit):
+        pytorch_parser().parse_args(["--model", "m", "--kv-cache-memory-fraction", "1.5"])
+
+
+@pytest.mark.parametrize("kind", ["pytorch", "onnx"])
+def test_args_module_imports_nothing_heavy(kind: str) -> None:
+    code = (
+        f"import sys; from inference_backend.runners.{kind}.args import build_parser; "
+        "build_parser().format_help(); "
+        "heavy = {'torch', 'transformers', 'onnxruntime', 'fastapi', 'numpy', 'uvicorn'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
+    env = {"PYTHONPATH": str(ROOT / "operator")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("kind", ["pytorch", "onnx"])
+def test_help_documents_every_flag(kind: str) -> None:
+    parser = pytorch_parser() if kind == "pytorch" else onnx_parser()
+    for action in parser._actions:
+        assert action.help, action.option_strings

@@ -1,0 +1,158 @@
+"""The HTTP front: OpenAI errors, SSE streaming, /v1/models, /health, /metrics, queue overflow."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from runner_helpers import complete
+
+VLLM_SUFFIXES = (
+    "time_to_first_token_seconds_bucket",
+    "e2e_request_latency_seconds_bucket",
+    "inter_token_latency_seconds_bucket",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "num_requests_running",
+    "num_requests_waiting",
+    "kv_cache_usage_perc",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+)
+
+
+@pytest.fixture(scope="module", params=["pytorch", "onnx"])
+def server(request: Any, models: dict[str, Path], start_server: Any) -> Any:
+    model = models["tiny" if request.param == "pytorch" else "onnx"]
+    return start_server(request.param, ["--model", str(model), "--served-model-name", "tiny"])
+
+
+def _error(r: httpx.Response, status: int, code: str | None) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["code"] == code and err["message"]
+    return dict(err)
+
+
+def test_openai_errors(server: Any) -> None:
+    url = server.url + "/v1/completions"
+    _error(httpx.post(url, json={"model": "nope", "prompt": "a"}), 404, "model_not_found")
+    err = _error(
+        httpx.post(url, json={"model": "tiny", "prompt": "a", "max_tokens": 10**6}),
+        400,
+        "context_length_exceeded",
+    )
+    assert err["param"] == "max_tokens"
+    _error(
+        httpx.post(url, content=b'{"model": "tiny",', headers={"content-type": "application/json"}),
+        400,
+        "invalid_json",
+    )
+    err = _error(
+        httpx.post(url, json={"model": "tiny", "prompt": "a", "temperature": -1}), 400, "invalid_value"
+    )
+    assert err["param"] == "temperature"
+    _error(httpx.post(url, json={"model": "tiny"}), 400, "invalid_value")
+    chat = server.url + "/v1/chat/completions"
+    _error(httpx.post(chat, json={"model": "tiny", "messages": []}), 400, "invalid_value")
+
+
+def test_models_health_metrics(server: Any) -> None:
+    models = httpx.get(server.url + "/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert httpx.get(server.url + "/health").status_code == 200
+    with httpx.Client() as c:
+        complete(c, server.url, "the cat and the dog", 5)
+    text = httpx.get(server.url + "/metrics").text
+    for suffix in VLLM_SUFFIXES:
+        assert f"ib:{suffix}" in text, suffix
+
+
+def test_streaming_equals_non_streaming(server: Any) -> None:
+    with httpx.Client() as c:
+        whole = complete(c, server.url, "the red fox", 12, ignore_eos=True)["choices"][0]
+        ids, text, finish = [], "", None
+        body = {"model": "tiny", "prompt": "the red fox", "max_tokens": 12, "temperature": 0, "stream": True}
+        body.update(return_token_ids=True, ignore_eos=True)
+        with c.stream("POST", server.url + "/v1/completions", json=body) as r:
+            lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        for ln in lines[:-1]:
+            choice = json.loads(ln[6:])["choices"][0]
+            ids += choice.get("token_ids", [])
+            text += choice["text"]
+            finish = choice["finish_reason"] or finish
+    assert ids == whole["token_ids"] and len(ids) == 12
+    assert text == whole["text"] and finish == "length"
+
+
+def test_chat_streaming(server: Any) -> None:
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 6,
+        "temperature": 0,
+    }
+    whole = httpx.post(server.url + "/v1/chat/completions", json={**body, "ignore_eos": True}).json()
+    assert whole["object"] == "chat.completion"
+    content = whole["choices"][0]["message"]["content"]
+    with httpx.stream(
+        "POST", server.url + "/v1/chat/completions", json={**body, "stream": True, "ignore_eos": True}
+    ) as r:
+        chunks = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == content
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stop_string(server: Any) -> None:
+    with httpx.Client() as c:
+        full = complete(c, server.url, "the blue bird", 30, ignore_eos=True)["choices"][0]["text"]
+        stop = full[5:8]
+        if not stop.strip():
+            pytest.skip("generated text has no usable stop string")  # deterministic model: never happens
+        cut = complete(c, server.url, "the blue bird", 30, ignore_eos=True, stop=stop)["choices"][0]
+    assert cut["text"] == full[: full.index(stop)] and cut["finish_reason"] == "stop"
+
+
+def test_queue_overflow_answers_429(models: dict[str, Path], start_server: Any) -> None:
+    args = [
+        "--model",
+        str(models["tiny"]),
+        "--served-model-name",
+        "tiny",
+        "--max-batch-size",
+        "1",
+        "--max-queue",
+        "2",
+    ]
+    srv = start_server("pytorch", args)
+    body = {"model": "tiny", "prompt": "a b c", "max_tokens": 200, "temperature": 0, "ignore_eos": True}
+    with ThreadPoolExecutor(10) as pool:
+        codes = list(
+            pool.map(lambda _: httpx.post(srv.url + "/v1/completions", json=body, timeout=120), range(10))
+        )
+    statuses = sorted(r.status_code for r in codes)
+    assert 200 in statuses and 429 in statuses and set(statuses) <= {200, 429}
+    for r in codes:
+        if r.status_code == 429:
+            assert r.json()["error"]["code"] == "queue_full"
+
+
+def test_health_503_while_loading() -> None:
+    from fastapi.testclient import TestClient
+    from inference_backend.runners.common.metrics import Metrics
+    from inference_backend.runners.common.server import State, build_app
+
+    state = State("tiny", Metrics("tiny"))
+    client = TestClient(build_app(state))
+    assert client.get("/health").status_code == 503
+    r = client.post("/v1/completions", json={"model": "tiny", "prompt": "a"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
