@@ -89,29 +89,21 @@ def main() -> None:
     print(f"in-process generate, sequential: {base:.2f}s ({n * k / base:.0f} tok/s)")
     for kind, model, modes in (("pytorch", tiny, ("continuous", "dynamic")), ("onnx", onnx, ("dynamic",))):
         for mode in modes:
-            srv = start(
-                kind, model, ["--batching", mode, "--max-batch-size", "16", "--max-wait-ms", "5"], logs
-            )
+            srv = start(kind, model, ["--batching", mode, "--max-batch-size", "16", "--max-wait-ms", "5"], logs)
             try:
                 run(srv.url, jobs[:2], k, 2)  # warm-up
                 seq = run(srv.url, jobs, k, 1)
                 par = run(srv.url, jobs, k, 16)
             finally:
                 srv.stop()
-            extra = (
-                f", overhead vs in-process at c=1: {100 * (seq / base - 1):+.1f}%"
-                if kind == "pytorch"
-                else ""
-            )
+            extra = f", overhead vs in-process at c=1: {100 * (seq / base - 1):+.1f}%" if kind == "pytorch" else ""
             print(
                 f"{kind:8s} {mode:10s} c=1: {seq:.2f}s ({n * k / seq:.0f} tok/s)  c=16: {par:.2f}s "
                 f"({n * k / par:.0f} tok/s)  speedup x{seq / par:.1f}{extra}"
             )
     plain = None
     for name, d in (("none", None), ("draft=target", tiny), ("draft=1-layer", draft)):
-        flags = ["--batching", "continuous"] + (
-            ["--draft-model", str(d), "--num-speculative-tokens", "4"] if d else []
-        )
+        flags = ["--batching", "continuous"] + (["--draft-model", str(d), "--num-speculative-tokens", "4"] if d else [])
         srv = start("pytorch", tiny, flags, logs)
         try:
             run(srv.url, jobs[:2], k, 1)
@@ -122,9 +114,7 @@ def main() -> None:
             srv.stop()
         plain = plain or t
         rate = f"acceptance {100 * acc / prop:.1f}%" if prop else "acceptance n/a"
-        print(
-            f"speculative {name:14s} c=1: {t:.2f}s ({n * k / t:.0f} tok/s)  {rate}  speedup x{plain / t:.2f}"
-        )
+        print(f"speculative {name:14s} c=1: {t:.2f}s ({n * k / t:.0f} tok/s)  {rate}  speedup x{plain / t:.2f}")
 
 
 if __name__ == "__main__":

@@ -133,10 +133,7 @@ def test_gpu_deployment_runs_then_is_garbage_collected(kube: Any, namespace: str
     kube.delete(Deployment, "gpu-smoke", namespace=namespace)
     wait_until(
         "the garbage collector to delete the ReplicaSet and pods",
-        lambda: (
-            not list(kube.list(ReplicaSet, namespace=namespace))
-            and not list(kube.list(Pod, namespace=namespace))
-        ),
+        lambda: not list(kube.list(ReplicaSet, namespace=namespace)) and not list(kube.list(Pod, namespace=namespace)),
         timeout=120,
     )
 

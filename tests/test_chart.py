@@ -68,8 +68,8 @@ def test_template_defaults() -> None:
 
 @needs_helm
 def test_values_schema_rejects_bad_values() -> None:
-    res = helm("template", "ib", str(CHART), "--set", "resyncSeconds=1")
-    assert res.returncode != 0 and "resyncSeconds" in res.stderr
+    res = helm("template", "ib", str(CHART), "--set", "debounceSeconds=600")
+    assert res.returncode != 0 and "debounceSeconds" in res.stderr
     res = helm("template", "ib", str(CHART), "--set", "nonsense=1")
     assert res.returncode != 0
 

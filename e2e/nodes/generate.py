@@ -203,8 +203,7 @@ def main(argv: list[str]) -> int:
         p.error(f"unknown classes {unknown}; known: {sorted(CLASSES)}")
     width = len(str(max(a.count - 1, 0)))
     nodes = [
-        node(classes[i % len(classes)], f"{a.prefix}-{classes[i % len(classes)]}-{i:0{width}d}")
-        for i in range(a.count)
+        node(classes[i % len(classes)], f"{a.prefix}-{classes[i % len(classes)]}-{i:0{width}d}") for i in range(a.count)
     ]
     sys.stdout.write(documents(nodes))
     return 0

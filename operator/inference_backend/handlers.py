@@ -2,12 +2,16 @@
 
 - nodes are indexed by hardware class (no LIST per reconcile), Models by (namespace, name), and the children we
   own by (namespace, name, kind) with their applied hash;
-- create/update/resume of an InferenceBackend, a periodic timer (drift, node changes) and events of the
-  Deployments we own (readiness roll-up) all call :func:`inference_backend.reconcile.reconcile`.
+- create/update/resume of an InferenceBackend, events of the children we own (readiness roll-up, drift), of
+  nodes whose hardware class changes and of Models all call :func:`inference_backend.reconcile.reconcile`.
+
+Everything is event-driven: there is no kopf timer, because kopf puts a finalizer on objects with timers, and a
+finalizer would keep InferenceBackends from being deleted whenever the operator is not running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping
@@ -20,13 +24,17 @@ from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
 from inference_backend.facts import hardware_class
 from inference_backend.kube import Kube
-from inference_backend.reconcile import APPLIED_HASH, Child, World, reconcile
+from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
 from inference_backend.render import MANAGED_BY
 
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
-RESYNC_SECONDS = float(os.environ.get("IB_RESYNC_SECONDS", "60"))
+DEBOUNCE_SECONDS = float(os.environ.get("IB_DEBOUNCE_SECONDS", "1"))
 PLURAL = "inferencebackends"
 KUBE = Kube()
+RECENT = Recent()
+LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
+PENDING: dict[str | None, asyncio.Task[None] | None] = {}
+NODE_CLASSES: dict[str, Any] = {}
 log = logging.getLogger(__name__)
 
 
@@ -117,7 +125,12 @@ def _valid_model(spec: Mapping[str, Any]) -> bool:
 
 
 async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
-    outcome = await reconcile(body, world(**indexes), KUBE, trigger)
+    meta = body["metadata"]
+    if meta.get("deletionTimestamp"):
+        return  # being deleted: the garbage collector removes the children
+    key = (meta["namespace"], meta["name"])
+    async with LOCKS.setdefault(key, asyncio.Lock()):
+        outcome = await reconcile(body, world(**indexes), KUBE, trigger, RECENT)
     if not outcome.status_written:
         return
     target = cast(kopf.Body, body)
@@ -146,19 +159,64 @@ async def on_change(body: kopf.Body, reason: str, **kwargs: Any) -> None:
     await _run(body, str(reason), **_pick(kwargs))
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-async def resync(body: kopf.Body, **kwargs: Any) -> None:
-    await _run(body, "timer", **_pick(kwargs))
+async def _owner(body: kopf.Body, trigger: str, kwargs: dict[str, Any]) -> None:
+    """Reconcile the InferenceBackend owning ``body`` (drift of a child, readiness of its Deployment)."""
+    backends: kopf.Index[Any, Any] = kwargs["backends"]
+    owners = [r for r in body["metadata"].get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"]
+    key = (body["metadata"].get("namespace"), owners[0]["name"]) if owners else None
+    if key is None or key not in backends:
+        return
+    for ib in backends[key]:
+        await _run(ib, trigger, **_pick(kwargs))
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 async def on_deployment(body: kopf.Body, **kwargs: Any) -> None:
+    await _owner(body, "deployment", kwargs)
+
+
+@kopf.on.event("", "v1", "services", labels=MANAGED)
+async def on_service(body: kopf.Body, **kwargs: Any) -> None:
+    await _owner(body, "service", kwargs)
+
+
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+async def on_pdb(body: kopf.Body, **kwargs: Any) -> None:
+    await _owner(body, "pdb", kwargs)
+
+
+def _reconcile_all_soon(trigger: str, kwargs: dict[str, Any], namespace: str | None = None) -> None:
+    """Debounced: one pass over every InferenceBackend (of ``namespace``) a second after the last trigger."""
+    if PENDING.get(namespace) is not None:
+        return
     backends: kopf.Index[Any, Any] = kwargs["backends"]
-    owners = [r for r in body["metadata"].get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"]
-    if not owners:
-        return
-    key = (body["metadata"]["namespace"], owners[0]["name"])
-    if key not in backends:
-        return
-    for ib in backends[key]:
-        await _run(ib, "deployment", **_pick(kwargs))
+    indexes = _pick(kwargs)
+
+    async def later() -> None:
+        await asyncio.sleep(DEBOUNCE_SECONDS)
+        PENDING.pop(namespace, None)
+        for key in list(backends):
+            if namespace is None or key[0] == namespace:
+                for ib in list(backends.get(key, [])):
+                    await _run(ib, trigger, **indexes)
+
+    PENDING[namespace] = asyncio.get_running_loop().create_task(later())
+
+
+@kopf.on.event("", "v1", "nodes")
+async def on_node(body: kopf.Body, type: str, **kwargs: Any) -> None:
+    """A node whose hardware class changed (or that left) may invalidate placements: select again."""
+    name, cls = hardware_class(body)
+    before = NODE_CLASSES.get(name)
+    if type == "DELETED":
+        NODE_CLASSES.pop(name, None)
+    else:
+        NODE_CLASSES[name] = cls
+    if before is not None and (type == "DELETED" or before != cls):
+        _reconcile_all_soon("node", kwargs)
+
+
+@kopf.on.event(GROUP, VERSION, "models")
+async def on_model(body: kopf.Body, type: str, **kwargs: Any) -> None:
+    if type is not None:  # None is the initial listing, already handled by resume
+        _reconcile_all_soon("model", kwargs, body["metadata"]["namespace"])

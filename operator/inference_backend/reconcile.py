@@ -56,6 +56,28 @@ class World:
         return {name: spec for (ns, name), spec in self.models.items() if ns == namespace}
 
 
+@dataclass
+class Recent:
+    """What this process wrote lately. The indexes are fed by watches and lag our own writes by milliseconds; until
+    they catch up, our last writes are trusted, so concurrent triggers do not write the same thing twice. Only the
+    leader writes, so our last status write is the newest status there is."""
+
+    ttl: float = 15.0
+    applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    statuses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def applied_lately(self, key: tuple[str, str, str], wanted: str) -> bool:
+        entry = self.applied.get(key)
+        return entry is not None and entry[0] == wanted and time.monotonic() - entry[1] < self.ttl
+
+    def previous_status(self, key: tuple[str, str], seen: dict[str, Any]) -> dict[str, Any]:
+        mine = self.statuses.get(key)
+        if mine is None or mine == seen:
+            self.statuses.pop(key, None)
+            return seen
+        return mine
+
+
 @dataclass(frozen=True)
 class Outcome:
     decision: Decision | None
@@ -88,10 +110,12 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def reconcile(body: Mapping[str, Any], world: World, kube: Kube, trigger: str) -> Outcome:
+async def reconcile(
+    body: Mapping[str, Any], world: World, kube: Kube, trigger: str, recent: Recent | None = None
+) -> Outcome:
     started = time.perf_counter()
     try:
-        outcome = await _reconcile(body, world, kube)
+        outcome = await _reconcile(body, world, kube, recent or Recent())
     except Exception:
         metrics.RECONCILES.labels(trigger, "error").inc()
         raise
@@ -101,10 +125,10 @@ async def reconcile(body: Mapping[str, Any], world: World, kube: Kube, trigger: 
     return outcome
 
 
-async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube) -> Outcome:
+async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent) -> Outcome:
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
-    previous = _user_status(body)
+    previous = recent.previous_status((namespace, name), _user_status(body))
     decision: Decision | None = None
     error: str | None = None
     try:
@@ -128,12 +152,14 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube) -> Outco
             if kind == "Deployment":
                 spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
             wanted = content_hash(manifest)
-            child = world.children.get((namespace, child_name, kind))
-            if child is not None and child.applied_hash == wanted:
+            key = (namespace, child_name, kind)
+            child = world.children.get(key)
+            if (child is not None and child.applied_hash == wanted) or recent.applied_lately(key, wanted):
                 continue
             annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
             await kube.apply(owned(manifest, dict(body)))
+            recent.applied[key] = (wanted, time.monotonic())
             metrics.API_WRITES.labels(kind).inc()
             applied += 1
     elif decision is not None:
@@ -148,6 +174,7 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube) -> Outco
     if status.changed(previous, new):
         patch = {**{k: None for k in previous if k not in new}, **new}
         await kube.patch_status(namespace, name, patch)
+        recent.statuses[(namespace, name)] = new
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
     return Outcome(decision, error, applied, written, new)

@@ -71,9 +71,7 @@ def reference(models: dict[str, Path]) -> Any:
         if key not in memo:
             ids = torch.tensor([prompt])
             with torch.inference_mode():
-                out = model.generate(
-                    ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new
-                )
+                out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new)
             toks = out[0, len(prompt) :].tolist()
             stopped = 2 in toks
             memo[key] = (toks[: toks.index(2)] if stopped else toks, stopped)

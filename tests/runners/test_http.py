@@ -55,9 +55,7 @@ def test_openai_errors(server: Any) -> None:
         400,
         "invalid_json",
     )
-    err = _error(
-        httpx.post(url, json={"model": "tiny", "prompt": "a", "temperature": -1}), 400, "invalid_value"
-    )
+    err = _error(httpx.post(url, json={"model": "tiny", "prompt": "a", "temperature": -1}), 400, "invalid_value")
     assert err["param"] == "temperature"
     _error(httpx.post(url, json={"model": "tiny"}), 400, "invalid_value")
     chat = server.url + "/v1/chat/completions"
@@ -136,9 +134,7 @@ def test_queue_overflow_answers_429(models: dict[str, Path], start_server: Any) 
     srv = start_server("pytorch", args)
     body = {"model": "tiny", "prompt": "a b c", "max_tokens": 200, "temperature": 0, "ignore_eos": True}
     with ThreadPoolExecutor(10) as pool:
-        codes = list(
-            pool.map(lambda _: httpx.post(srv.url + "/v1/completions", json=body, timeout=120), range(10))
-        )
+        codes = list(pool.map(lambda _: httpx.post(srv.url + "/v1/completions", json=body, timeout=120), range(10)))
     statuses = sorted(r.status_code for r in codes)
     assert 200 in statuses and 429 in statuses and set(statuses) <= {200, 429}
     for r in codes:

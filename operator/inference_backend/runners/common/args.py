@@ -97,6 +97,4 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
     parser.add_argument(
         "--threads", type=positive_int, default=None, metavar="N", help="CPU compute threads (default: all)"
     )
-    parser.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error"), help="log level"
-    )
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"), help="log level")

@@ -135,9 +135,7 @@ def _ready(state: State, body: _Base) -> Loaded:
     return state.loaded
 
 
-async def _events(
-    state: State, loaded: Loaded, ids: list[int], params: SamplingParams
-) -> AsyncGenerator[Any, None]:
+async def _events(state: State, loaded: Loaded, ids: list[int], params: SamplingParams) -> AsyncGenerator[Any, None]:
     """Submit a request; yield the GenRequest first, then its TokenEvents until the last one."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
@@ -247,9 +245,7 @@ async def _sse(
         await events.aclose()
 
 
-def serve(
-    args: Any, load: Callable[[Metrics], Loaded], served_model_name: str, metrics: Metrics | None = None
-) -> int:
+def serve(args: Any, load: Callable[[Metrics], Loaded], served_model_name: str, metrics: Metrics | None = None) -> int:
     """Listen at once (health 503), load the model in a thread, serve until stopped. Returns an exit code."""
     import uvicorn
 

@@ -68,9 +68,7 @@ class OnnxBackend:
     def _value(self, arr: np.ndarray) -> ort.OrtValue:
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self.device, 0)
 
-    def _run(
-        self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[Any]
-    ) -> tuple[np.ndarray, list[Any]]:
+    def _run(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[Any]) -> tuple[np.ndarray, list[Any]]:
         """One forward (`past`: OrtValues or arrays). Returns last-position logits and present OrtValues."""
         io = self.session.io_binding()
         io.bind_ortvalue_input("input_ids", self._value(ids.astype(np.int64)))

@@ -66,9 +66,7 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     config = AutoConfig.from_pretrained(model_dir)
 
     weights = sum(f.stat().st_size for f in model_dir.iterdir() if f.suffix in (".onnx", ".data", ".bin"))
-    per_token = kv_bytes_per_token(
-        meta["num_layers"], meta["kv_heads"], meta["head_dim"], np.dtype(kv_dtype).itemsize
-    )
+    per_token = kv_bytes_per_token(meta["num_layers"], meta["kv_heads"], meta["head_dim"], np.dtype(kv_dtype).itemsize)
     total = _device_memory(session.get_providers()[0])
     budget = kv_budget_tokens(total, args.kv_cache_memory_fraction, weights, per_token)
     prefix = None
