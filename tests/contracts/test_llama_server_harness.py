@@ -59,7 +59,7 @@ def test_version_matches_pin(binary: Path) -> None:
     code, out = run_llama_server_to_exit(["--version"])
     pins = llama_cpp_pins()
     assert code == 0, out
-    assert f"version: {pins['LLAMA_CPP_BUILD']} ({pins['LLAMA_CPP_COMMIT']})" in out, out
+    assert f"(build {pins['LLAMA_CPP_BUILD']}, commit {pins['LLAMA_CPP_COMMIT']})" in out, out
 
 
 def test_server_boots_with_rendered_args(binary: Path, models: tuple[Path, Path]) -> None:
@@ -74,11 +74,19 @@ def test_server_boots_with_rendered_args(binary: Path, models: tuple[Path, Path]
         assert res["usage"]["completion_tokens"] == 12, res
         assert res["choices"][0]["text"], res
 
+        # the draft model really drafts (its tokens are noise, so none are accepted)
+        native = srv.post_json(
+            "/completion", {"prompt": "the cat", "n_predict": 16, "temperature": 0, "ignore_eos": True}
+        )
+        assert native["tokens_predicted"] == 16
+        assert native["timings"]["draft_n"] > 0, native["timings"]
+
         status, body = srv.get("/metrics")
         assert status == 200
         metrics = body.decode()
         assert re.search(r"^llamacpp:prompt_tokens_total \d", metrics, re.M), metrics[:2000]
         assert re.search(r"^llamacpp:tokens_predicted_total \d", metrics, re.M), metrics[:2000]
+        assert re.search(r"^llamacpp:spec_decode_num_drafts_total [1-9]", metrics, re.M), metrics[:2000]
 
         slots = srv.get_json("/slots")
         assert len(slots) == 4
@@ -115,6 +123,15 @@ def test_removed_or_unknown_flag_is_fatal(
     code, out = run_llama_server_to_exit(["-m", "{model}", "-c", "512", *flag], model=target)
     assert code != 0, out
     assert message in out, out[-3000:]
+
+
+def test_quantized_v_cache_needs_flash_attention(binary: Path, models: tuple[Path, Path]) -> None:
+    """-ctv q8_0 boots with the default `-fa auto` (CPU supports it) and is fatal with `-fa off`."""
+    target, _ = models
+    args = ["-m", "{model}", "-c", "512", "-ctv", "q8_0", "-fa", "off"]
+    code, out = run_llama_server_to_exit(args, model=target)
+    assert code != 0
+    assert "quantized V cache requires flash_attn to be enabled" in out, out[-3000:]
 
 
 def test_env_vars_are_passed(binary: Path, models: tuple[Path, Path]) -> None:
