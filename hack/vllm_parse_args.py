@@ -122,9 +122,10 @@ def check_speculative(engine_args: Any) -> dict[str, Any] | None:
     methods = literal_choices(hints.get("method"))
     if "method" in spec and methods is not None and spec["method"] not in methods:
         raise ValueError(f"speculative config: method {spec['method']!r} not in {methods}")
+    # Field constraints of SpeculativeConfig (vllm/config/speculative.py): gt=0 / ge=1
     for key in ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"):
-        if key in spec and not (isinstance(spec[key], int) and spec[key] >= 0):
-            raise ValueError(f"speculative config: {key} must be a non-negative int, got {spec[key]!r}")
+        if key in spec and not (isinstance(spec[key], int) and spec[key] >= 1):
+            raise ValueError(f"speculative config: {key} must be an int >= 1, got {spec[key]!r}")
     return {"config": spec, "methods": methods}
 
 
