@@ -53,6 +53,11 @@ def llama_server_bin() -> Path:
     return Path(override) if override else llama_cache_dir() / "bin" / "llama-server"
 
 
+def llama_bench_bin() -> Path:
+    """The cached llama-bench binary, built next to llama-server."""
+    return llama_server_bin().with_name("llama-bench")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,9 @@ tests/contracts/data/llama-server-b11312.flags.txt.
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from tests.contracts.conftest import require
 from tests.contracts.gguf_models import write_target_and_draft
 from tests.contracts.llama_server import (
+    llama_bench_bin,
     llama_cpp_pins,
     llama_server_bin,
     run_llama_server_to_exit,
@@ -139,3 +142,17 @@ def test_env_vars_are_passed(binary: Path, models: tuple[Path, Path]) -> None:
     env = {"LLAMA_ARG_N_PARALLEL": "3"}
     with start_llama_server(["-m", "{model}", "-c", "1024"], env, model=target) as srv:
         assert len(srv.get_json("/slots")) == 3
+
+
+def test_llama_bench_runs_on_the_tiny_model(binary: Path, models: tuple[Path, Path]) -> None:
+    target, _ = models
+    res = subprocess.run(
+        [str(llama_bench_bin()), "-m", str(target), "-p", "32", "-n", "8", "-r", "1", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads(res.stdout)
+    assert {r["n_prompt"] for r in rows} == {0, 32}
+    assert all(r["build_number"] == int(llama_cpp_pins()["LLAMA_CPP_BUILD"]) for r in rows)
