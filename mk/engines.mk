@@ -1,0 +1,33 @@
+# Engine contract tests: rendered args are checked against the REAL engines at the pinned versions.
+# Heavy prerequisites live in $(IB_CACHE) (outside the clone), keyed by version, built only when absent:
+#   llama-server/llama-bench  $(IB_CACHE)/llama.cpp/<llama-cpp-python version>/bin  (hack/build-llama-server)
+#   vLLM venv                 $(IB_CACHE)/venv-vllm-<version>                        (hack/vllm-venv)
+# `make contracts` creates both, then runs tests/contracts with IB_REQUIRE_CONTRACTS=1 so that a
+# missing prerequisite fails the run instead of skipping.
+
+GGUF_VERSION ?= 0.19.0
+VLLM_VERSION ?= 0.33.0
+export VLLM_VERSION
+
+.PHONY: contracts llama-server vllm-venv contracts-deps engine-flags
+
+TEST_TARGETS += contracts
+
+llama-server:
+	hack/build-llama-server
+
+vllm-venv:
+	hack/vllm-venv
+
+# gguf writes the tiny test models; TODO(pyproject): move to the `dev` extra and drop this.
+contracts-deps: venv
+	@$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '$(GGUF_VERSION)')" 2>/dev/null \
+	  || $(VENV)/bin/pip install -q "gguf==$(GGUF_VERSION)"
+
+contracts: venv contracts-deps llama-server vllm-venv
+	IB_REQUIRE_CONTRACTS=1 $(VENV)/bin/pytest -q tests/contracts
+
+# Regenerate the committed flag tables (TGI from its saved doc; llama-server from the built binary).
+engine-flags: venv llama-server
+	$(PY) hack/tgi_flags_from_source.py
+	$(PY) hack/llama_server_flags.py
