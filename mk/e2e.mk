@@ -1,6 +1,6 @@
 # Local Kubernetes control plane (e2e/): binaries built into $(IB_CACHE)/bin, a cluster on 127.0.0.1
 # whose state lives in $(E2E_DIR) (default /tmp/ib-e2e), and the end-to-end tests that run on it.
-TEST_TARGETS += e2e-smoke
+TEST_TARGETS += e2e
 
 .PHONY: e2e-binaries cluster-up cluster-down e2e-smoke e2e
 

@@ -9,7 +9,7 @@ GGUF_VERSION ?= 0.19.0
 VLLM_VERSION ?= 0.33.0
 export VLLM_VERSION
 
-.PHONY: contracts llama-server vllm-venv contracts-deps engine-flags
+.PHONY: contracts llama-server vllm-venv engine-flags
 
 TEST_TARGETS += contracts
 
@@ -19,12 +19,7 @@ llama-server:
 vllm-venv:
 	hack/vllm-venv
 
-# gguf writes the tiny test models; TODO(pyproject): move to the `dev` extra and drop this.
-contracts-deps: venv
-	@$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '$(GGUF_VERSION)')" 2>/dev/null \
-	  || $(VENV)/bin/pip install -q "gguf==$(GGUF_VERSION)"
-
-contracts: venv contracts-deps llama-server vllm-venv
+contracts: venv llama-server vllm-venv
 	IB_REQUIRE_CONTRACTS=1 $(VENV)/bin/pytest -q tests/contracts
 
 # Regenerate the committed flag tables (TGI from its saved doc; llama-server from the built binary).
