@@ -5,7 +5,6 @@
 # `make contracts` creates both, then runs tests/contracts with IB_REQUIRE_CONTRACTS=1 so that a
 # missing prerequisite fails the run instead of skipping.
 
-GGUF_VERSION ?= 0.19.0
 VLLM_VERSION ?= 0.33.0
 export VLLM_VERSION
 
