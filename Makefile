@@ -13,7 +13,7 @@ export IB_CACHE ?= $(HOME)/.cache/inference-backend
 TEST_TARGETS := lint unit
 -include mk/*.mk
 
-.PHONY: help venv lint unit test demo demo-select crds clean
+.PHONY: help venv lint unit test demo demo-down demo-select crds clean
 help:
 	@echo "make demo   - set up and run the demo"
 	@echo "make test   - lint, unit tests, contract tests and e2e tests"
@@ -38,8 +38,11 @@ crds: venv
 	$(PY) -m inference_backend.api.crd --write crds/
 	$(PY) -m inference_backend.api.crd --write charts/inference-backend/crds/
 
-DEMO_TARGETS ?= demo-select
-demo: $(DEMO_TARGETS)
+demo: venv
+	PY=$(PY) hack/demo
+
+demo-down:
+	hack/demo down
 
 test: $(TEST_TARGETS)
 	@echo ">> make test: all of $(TEST_TARGETS) passed"
@@ -47,7 +50,7 @@ test: $(TEST_TARGETS)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-# Until the operator lands on the local control plane, the demo runs the selection on the shipped examples.
+# The selection alone, offline, on every example against the mixed node list.
 demo-select: venv
 	@for f in docs/examples/*.yaml; do \
 	  [ "$$f" = docs/examples/models.yaml ] && continue; \

@@ -41,7 +41,7 @@ def body(spec: dict[str, Any], generation: int = 1, status: dict[str, Any] | Non
 
 def world(children: dict[tuple[str, str, str], Child] | None = None) -> World:
     classes = group_nodes([node("l4-a", "l4", 1), node("cpu-a")])
-    return World(classes, {("ns", k): v for k, v in MODELS.items()}, children or {})
+    return World(classes, {"ns": list(MODELS.items())}, children or {})
 
 
 def run(b: dict[str, Any], w: World, rec: Recorder) -> Any:

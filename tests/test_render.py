@@ -85,7 +85,9 @@ def test_objects_pdb_strategy_labels() -> None:
     for key in ("name", "instance", "component", "managed-by", "part-of"):
         assert f"app.kubernetes.io/{key}" in pod["metadata"]["labels"]
     assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64", "nvidia.com/gpu.product": "NVIDIA-A10G"}
+    # 3 replicas do not fit the single A10G, so the H100 node (8 GPUs) is chosen
+    h100 = "NVIDIA-H100-80GB-HBM3"
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64", "nvidia.com/gpu.product": h100}
     assert pod["spec"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     cpu_ib, cpu_decision = decide(INPUTS / "llamacpp-cpu-draft.yaml")
     assert isinstance(cpu_ib, InferenceBackend)

@@ -242,3 +242,17 @@ def test_invalid_placement_selects_again() -> None:
     d = select(s, cluster(*L4x1), MODELS, keep=gone)
     assert d.placement is not None and d.placement.gpu is not None and d.placement.gpu.product == "NVIDIA-L4"
     assert any("no longer valid: selecting again" in r for r in d.reasons)
+
+
+def test_gpus_in_use_spread_backends_over_free_gpus() -> None:
+    s = spec(model={"modelRef": "qwen-0-5b"})
+    nodes = cluster(node("l4-a", "l4", 1), node("a10g-a", "a10g", 1))
+    first = select(s, nodes, MODELS)
+    assert first.placement is not None and first.placement.gpu is not None
+    taken = first.placement.gpu.product
+    second = select(s, nodes, MODELS, gpus_in_use={taken: 1})
+    assert second.placement is not None and second.placement.gpu is not None
+    assert second.placement.gpu.product != taken
+    both = select(s, nodes, MODELS, gpus_in_use={"NVIDIA-L4": 1, "NVIDIA-A10G": 1})
+    assert both.backend is not None, "still selected: pods wait for a GPU"
+    assert any("no free" in r and "pods wait" in r for r in both.reasons)

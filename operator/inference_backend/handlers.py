@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import kopf
@@ -60,8 +60,13 @@ def node_classes(body: kopf.Body, **_: Any) -> dict[Any, str]:
 
 
 @kopf.index(GROUP, VERSION, "models")
-def models(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(body["metadata"]["namespace"], body["metadata"]["name"]): dict(body.get("spec") or {})}
+def models(body: kopf.Body, **_: Any) -> dict[str, tuple[str, ModelSpec | None]]:
+    """namespace -> (name, spec); validated once here, not on every reconcile (None when invalid)."""
+    try:
+        spec: ModelSpec | None = ModelSpec.model_validate(dict(body.get("spec") or {}))
+    except ValueError:
+        spec = None
+    return {body["metadata"]["namespace"]: (body["metadata"]["name"], spec)}
 
 
 def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
@@ -97,13 +102,25 @@ def backends(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]
     return {(body["metadata"]["namespace"], body["metadata"]["name"]): snapshot}
 
 
-def _first(index: kopf.Index[Any, Any]) -> dict[Any, Any]:
-    out = {}
-    for key in index:
-        for value in index[key]:
-            out[key] = value
-            break
-    return out
+class Children(Mapping[tuple[str, str, str], Child]):
+    """The children indexes (Deployments, Services, PodDisruptionBudgets) as one mapping, without copying them."""
+
+    def __init__(self, *indexes: kopf.Index[Any, Child]) -> None:
+        self._indexes = indexes
+
+    def __getitem__(self, key: tuple[str, str, str]) -> Child:
+        for index in self._indexes:
+            if key in index:
+                for child in index[key]:
+                    return child
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        for index in self._indexes:
+            yield from index
+
+    def __len__(self) -> int:
+        return sum(len(index) for index in self._indexes)
 
 
 def world(node_classes: kopf.Index[Any, str], models: kopf.Index[Any, Any], deployments: kopf.Index[Any, Child],
@@ -111,17 +128,7 @@ def world(node_classes: kopf.Index[Any, str], models: kopf.Index[Any, Any], depl
     classes = {cls: tuple(node_classes[cls]) for cls in node_classes}
     metrics.NODE_CLASSES.labels("gpu").set(sum(1 for c in classes if c.has_gpu))
     metrics.NODE_CLASSES.labels("cpu").set(sum(1 for c in classes if not c.has_gpu))
-    registry = {key: ModelSpec.model_validate(spec) for key, spec in _first(models).items() if _valid_model(spec)}
-    children = {**_first(deployments), **_first(services), **_first(pdbs)}
-    return World(classes, registry, children)
-
-
-def _valid_model(spec: Mapping[str, Any]) -> bool:
-    try:
-        ModelSpec.model_validate(spec)
-    except ValueError:
-        return False
-    return True
+    return World(classes, models, Children(deployments, services, pdbs))
 
 
 async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:

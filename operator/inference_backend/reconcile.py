@@ -43,17 +43,35 @@ class Child:
 
 @dataclass
 class World:
-    """Read-only views the reconcile needs, built from kopf indexes."""
+    """Read-only views the reconcile needs, over kopf indexes (lookups by key, no pass over every object)."""
 
     node_classes: Mapping[HardwareClass, Iterable[str]]
-    models: Mapping[tuple[str, str], ModelSpec]
+    models: Mapping[str, Iterable[tuple[str, ModelSpec | None]]]
+    """namespace -> (name, spec) of its Models (None when a Model is invalid)."""
     children: Mapping[tuple[str, str, str], Child]
+    """(namespace, name, kind) -> what we know of a child we applied."""
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
         return {cls: tuple(sorted(names)) for cls, names in self.node_classes.items()}
 
     def registry(self, namespace: str) -> dict[str, ModelSpec]:
-        return {name: spec for (ns, name), spec in self.models.items() if ns == namespace}
+        return {name: spec for name, spec in self.models.get(namespace, ()) if spec is not None}
+
+    def gpus_in_use(self, exclude: tuple[str, str]) -> dict[str, int]:
+        """GPUs per product requested by the Deployments of the other InferenceBackends."""
+        used: dict[str, int] = {}
+        for (namespace, name, kind), child in self.children.items():
+            if kind != "Deployment" or (namespace, name) == exclude:
+                continue
+            spec = child.body.get("spec") or {}
+            pod = (spec.get("template") or {}).get("spec") or {}
+            product = (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+            if not product:
+                continue
+            limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
+            gpus = sum(int(lim.get("nvidia.com/gpu", 0) or 0) for lim in limits)
+            used[product] = used.get(product, 0) + gpus * int(spec.get("replicas", 1) or 0)
+        return used
 
 
 @dataclass
@@ -136,7 +154,8 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             {"apiVersion": body.get("apiVersion"), "kind": "InferenceBackend",
              "metadata": {"name": name, "namespace": namespace}, "spec": body.get("spec") or {}}
         )  # fmt: skip
-        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=_current(body))
+        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=_current(body),
+                          gpus_in_use=world.gpus_in_use((namespace, name)))  # fmt: skip
     except ValidationError as exc:
         error = explain(exc)
         metrics.ERRORS.labels("invalid_spec").inc()

@@ -40,14 +40,16 @@ class Option:
     misses: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
 
-    def sort_key(self, preferences: list[str]) -> tuple[object, ...]:
+    def sort_key(self, preferences: list[str], busy: frozenset[tuple[str, int]] = frozenset()) -> tuple[object, ...]:
+        """``busy``: (GPU product, GPUs per replica) without enough free GPUs for this spec's replicas."""
         p = self.placement
         if p.gpu is None:
             return (0, len(self.misses), not self.speculate, -p.hardware.cpu_millis, -p.hardware.memory_bytes,
                     p.hardware)  # fmt: skip
         pref = preferences.index(p.gpu.product) if p.gpu.product in preferences else len(preferences)
-        return (pref, len(self.misses), not p.gpu.labelled, not self.speculate, p.gpus_per_replica, p.gpu.memory_mib,
-                -gpu_speed(p.gpu.product), p.gpu.product, p.hardware)  # fmt: skip
+        full = (p.gpu.product, p.gpus_per_replica) in busy
+        return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, p.gpus_per_replica,
+                p.gpu.memory_mib, -gpu_speed(p.gpu.product), p.gpu.product, p.hardware)  # fmt: skip
 
 
 def serving_dtype(engine: str, model: ResolvedModel, gpu: GPUFacts | None) -> tuple[str, list[str]]:

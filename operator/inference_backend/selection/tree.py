@@ -33,7 +33,7 @@ from inference_backend.selection.decision import (
     ResolvedModel,
     Speculation,
 )
-from inference_backend.selection.hardware import usable_classes
+from inference_backend.selection.hardware import UsableClass, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
 from inference_backend.selection.options import Option, engine_options, serving_dtype
 
@@ -83,11 +83,14 @@ def select(
     cluster: ClusterFacts,
     registry: Mapping[str, ModelSpec],
     keep: Current | None = None,
+    gpus_in_use: Mapping[str, int] | None = None,
 ) -> Decision:
     """Run the decision tree. Raises InvalidSpec (naming the field) when the spec itself must change.
 
     ``keep`` is the placement serving now (the operator passes it when the spec has not changed): if it still fits,
     it is kept even when a better one has appeared, so adding nodes never moves a healthy backend.
+    ``gpus_in_use`` counts the GPUs of each product already requested by other InferenceBackends, so backends spread
+    over the GPUs there are instead of all queueing for the cheapest kind.
     """
     model, reasons = resolve_model(spec.model, registry)
     reasons.append(_describe_model(model))
@@ -147,8 +150,9 @@ def select(
                 del all_options[engine]
         reasons.append("hardware.accelerator auto: a GPU placement fits, so GPU placements are preferred")
     prefs = spec.hardware.gpu_products
+    busy = _busy_products(gpu_classes, gpus_in_use or {}, all_options, spec.replicas)
     for engine, opts in all_options.items():
-        best[engine] = sorted(opts, key=lambda o: o.sort_key(prefs))[0]
+        best[engine] = sorted(opts, key=lambda o: o.sort_key(prefs, busy))[0]
     if not best:
         reasons.append("no engine has a placement that fits: " + "; ".join(f"{e}: {rejected[e]}" for e in candidates))
         return Decision(None, tuple(reasons), tuple(rejected.items()), model=model)
@@ -167,7 +171,28 @@ def select(
     for engine in order[1:]:
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
     reasons.append(f"ranked by (objectives missed, features lacking, catalog order): {', '.join(order)}")
+    gpu = best[winner].placement.gpu
+    if gpu is not None and (gpu.product, best[winner].placement.gpus_per_replica) in busy:
+        used = (gpus_in_use or {}).get(gpu.product, 0)
+        reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) ({used} requested by other "
+                       "InferenceBackends): pods wait until some free up")  # fmt: skip
     return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected)
+
+
+def _busy_products(gpu_classes: list[UsableClass], in_use: Mapping[str, int], options: dict[str, list[Option]],
+                   replicas: int) -> frozenset[tuple[str, int]]:  # fmt: skip
+    """(GPU product, width) pairs whose free GPUs (allocatable minus requested by others) cannot hold this spec."""
+    total: dict[str, int] = {}
+    for usable in gpu_classes:
+        for gpu in usable.hardware.gpus:
+            total[gpu.product] = total.get(gpu.product, 0) + gpu.count * usable.nodes
+    busy = set()
+    for opts in options.values():
+        for o in opts:
+            g, width = o.placement.gpu, o.placement.gpus_per_replica
+            if g is not None and total.get(g.product, 0) - in_use.get(g.product, 0) < width * max(replicas, 1):
+                busy.add((g.product, width))
+    return frozenset(busy)
 
 
 def _still_valid(keep: Current, options: list[Option], prefs: list[str]) -> Option | None:
