@@ -339,7 +339,12 @@ def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wa
             return st if placement.get("gpuProduct") != gpu else None
 
         st = wait_until("re-selection away from the cordoned GPUs", moved, timeout=60)
-        assert any("no longer valid: selecting again" in r for r in st["decision"]["reasons"])
+        new_gpu = st["decision"]["placement"]["gpuProduct"]
+        assert st["phase"] in ("Deploying", "Ready") and new_gpu != gpu
+        wait_until("the Deployment follows the new placement", lambda: get_json("deployment", "research-gpt", "-n", ns)[
+            "spec"]["template"]["spec"].get("nodeSelector", {}).get("nvidia.com/gpu.product") == new_gpu)  # fmt: skip
+        events = kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=research-gpt")
+        assert f"pytorch on 1x {new_gpu}" in events
     finally:
         for n in saved:
             kubectl("uncordon", n["metadata"]["name"])
