@@ -21,3 +21,11 @@ e2e-smoke: venv
 # All end-to-end tests under e2e/.
 e2e: venv
 	E2E_PYTHON=$(PY) e2e/run-tests
+
+# The operator at scale on a fresh local cluster (figures printed, nothing asserted).
+BACKENDS ?= 500
+NODES ?= 1000
+bench-operator: venv e2e-binaries
+	e2e/up --fresh
+	KUBECONFIG=$${E2E_DIR:-/tmp/ib-e2e}/kubeconfig $(PY) bench/operator_scale.py --backends $(BACKENDS) --nodes $(NODES); \
+	  rc=$$?; e2e/down; exit $$rc
