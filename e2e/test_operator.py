@@ -215,7 +215,7 @@ def test_get_describe_and_delete(operator: Operator, ns: str, wait_until: Any) -
     assert header == ["NAME", "BACKEND", "PHASE", "READY", "ENDPOINT", "AGE"]
     assert "vllm" in table and "Ready" in table and "1/1" in table and f"http://llama-chat.{ns}.svc:8000" in table
     described = kubectl("describe", "ib", "llama-chat", "-n", ns)
-    for text in ("Reasons:", "chosen: vllm on", "BackendSelected", "Events:", "Selected", "Applied"):
+    for text in ("Reasons:", "chosen: vllm on", "BackendSelected", "Events:", "Selected", "object(s) applied"):
         assert text in described, text
     kubectl("delete", "ib", "llama-chat", "-n", ns)
     gone = lambda: not kubectl("get", "deployment,service", "-n", ns, "-o", "name").strip()  # noqa: E731

@@ -35,14 +35,13 @@ RECENT = Recent()
 LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 PENDING: dict[str | None, asyncio.Task[None] | None] = {}
 NODE_CLASSES: dict[str, Any] = {}
+RETRIES: dict[tuple[str, str], int] = {}
+BACKENDS: dict[str, Any] = {}
 log = logging.getLogger(__name__)
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP, key="last-handled")
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
@@ -136,8 +135,17 @@ async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
     if meta.get("deletionTimestamp"):
         return  # being deleted: the garbage collector removes the children
     key = (meta["namespace"], meta["name"])
-    async with LOCKS.setdefault(key, asyncio.Lock()):
-        outcome = await reconcile(body, world(**indexes), KUBE, trigger, RECENT)
+    try:
+        async with LOCKS.setdefault(key, asyncio.Lock()):
+            before = _placement(RECENT.statuses.get(key) or body.get("status") or {})
+            outcome = await reconcile(body, world(**indexes), KUBE, trigger, RECENT)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # API errors, timeouts: retried with backoff, never a crash loop
+        metrics.ERRORS.labels(type(exc).__name__).inc()
+        _retry_later(key, indexes, exc)
+        return
+    RETRIES.pop(key, None)
     if not outcome.status_written:
         return
     target = cast(kopf.Body, body)
@@ -145,25 +153,49 @@ async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
         kopf.warn(target, reason="InvalidSpec", message=outcome.error[:1024])
     elif outcome.decision is not None and not outcome.decision.satisfiable:
         kopf.warn(target, reason="Unsatisfiable", message=outcome.decision.reasons[-1][:1024])
-    elif outcome.decision is not None and outcome.applied:
+    elif outcome.decision is not None and _placement(outcome.status) != before:
         d = outcome.decision
         where = d.placement.describe() if d.placement else ""
-        kopf.info(target, reason="Selected", message=f"{d.backend} on {where}")
-        kopf.info(target, reason="Applied", message=f"{outcome.applied} object(s) applied")
+        kopf.info(target, reason="Selected", message=f"{d.backend} on {where}; {outcome.applied} object(s) applied")
+
+
+def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    placement = (status.get("decision") or {}).get("placement") or {}
+    return (status.get("backend"), placement.get("gpuProduct"), placement.get("gpusPerReplica"))
+
+
+def _retry_later(key: tuple[str, str], indexes: dict[str, Any], exc: Exception) -> None:
+    """Run the reconcile of ``key`` again after a backoff (5 s doubling to 5 min), from the latest object."""
+    attempt = RETRIES.get(key, 0) + 1
+    RETRIES[key] = attempt
+    delay = min(5.0 * 2 ** (attempt - 1), 300.0)
+    log.warning("reconcile of %s/%s failed (%s); retry %d in %.0f s", *key, exc, attempt, delay)
+    backends: kopf.Index[Any, Any] | None = BACKENDS.get("index")
+
+    async def later() -> None:
+        await asyncio.sleep(delay)
+        if backends is not None and key in backends:
+            for ib in list(backends[key]):
+                await _run(ib, "retry", **indexes)
+
+    asyncio.get_running_loop().create_task(later())
 
 
 _INDEXES = ("node_classes", "models", "deployments", "services", "pdbs")
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
+    BACKENDS.setdefault("index", kwargs["backends"])
     return {k: kwargs[k] for k in _INDEXES}
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def on_change(body: kopf.Body, reason: str, **kwargs: Any) -> None:
-    await _run(body, str(reason), **_pick(kwargs))
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def on_backend(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    """Every event of an InferenceBackend (the initial listing too) runs the level-triggered reconcile. kopf's own
+    change detection is not used, so kopf writes no annotations on our objects; our own status writes come back
+    as events that change nothing."""
+    if type != "DELETED":
+        await _run(body, "listing" if type is None else type.lower(), **_pick(kwargs))
 
 
 async def _owner(body: kopf.Body, trigger: str, kwargs: dict[str, Any]) -> None:

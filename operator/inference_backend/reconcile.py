@@ -185,6 +185,9 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
         metrics.UNSATISFIABLE.inc()
     deployment = world.children.get((namespace, name, "Deployment"))
     observed = status.Observed.from_deployment(deployment.body if deployment else None)
+    if observed is None and decision is not None and decision.satisfiable:
+        # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
+        observed = status.Observed(replicas=ib.spec.replicas, ready_replicas=0, available=False)
     new = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=spec_hash,

@@ -161,9 +161,11 @@ def select(
     order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), ENGINES.index(e)))
     kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
     if kept is not None:
+        if (kept.engine, kept.placement) != (order[0], best[order[0]].placement):  # else the fresh pick agrees
+            reasons.append(f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is "
+                           "still valid, and adding nodes does not move a healthy backend")  # fmt: skip
         best[kept.engine] = kept
         order = [kept.engine, *(e for e in order if e != kept.engine)]
-        reasons.append(f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is still valid")
     elif keep is not None:
         reasons.append(f"the current placement ({keep.engine}, {keep.describe()}) is no longer valid: selecting again")
     winner = order[0]
@@ -172,7 +174,7 @@ def select(
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
     reasons.append(f"ranked by (objectives missed, features lacking, catalog order): {', '.join(order)}")
     gpu = best[winner].placement.gpu
-    if gpu is not None and (gpu.product, best[winner].placement.gpus_per_replica) in busy:
+    if kept is None and gpu is not None and (gpu.product, best[winner].placement.gpus_per_replica) in busy:
         used = (gpus_in_use or {}).get(gpu.product, 0)
         reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) ({used} requested by other "
                        "InferenceBackends): pods wait until some free up")  # fmt: skip
