@@ -162,14 +162,10 @@ def check_quantization(engine_args: Any) -> dict[str, Any] | None:
     if method is None:
         return None
     if method not in me_quant.QUANTIZATION_METHODS:
-        raise ValueError(
-            f"Unknown quantization method: {method}. Must be one of {me_quant.QUANTIZATION_METHODS}."
-        )
+        raise ValueError(f"Unknown quantization method: {method}. Must be one of {me_quant.QUANTIZATION_METHODS}.")
     deprecated = method in me_quant.DEPRECATED_QUANTIZATION_METHODS
     if deprecated and not engine_args.allow_deprecated_quantization:
-        raise ValueError(
-            f"The quantization method {method} is deprecated: needs --allow-deprecated-quantization"
-        )
+        raise ValueError(f"The quantization method {method} is deprecated: needs --allow-deprecated-quantization")
     return {"method": method, "deprecated": deprecated, "methods": list(me_quant.QUANTIZATION_METHODS)}
 
 

@@ -196,9 +196,7 @@ def start_llama_server(
     log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="llama-server-"))
     log_path = log_dir / f"llama-server-{port}.log"
     log = log_path.open("wb")
-    proc = subprocess.Popen(
-        argv, env=_env(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-    )
+    proc = subprocess.Popen(argv, env=_env(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     srv = LlamaServer(proc, f"http://127.0.0.1:{port}", port, argv, log_path, log)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
