@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from golden import INPUTS, decide
+from factories import cluster, node, spec
+from golden import INPUTS, ROOT, decide
 from inference_backend.api import InferenceBackend
-from inference_backend.engines import ENGINES, artifacts, llamacpp
+from inference_backend.engines import ENGINES, artifacts, llamacpp, vllm
 from inference_backend.engines.base import EngineContainer
+from inference_backend.selection import select
 from inference_backend.selection.decision import InvalidSpec, ResolvedModel
 
 
@@ -34,7 +36,8 @@ MAPPING = [
     ("vllm-gpu-draft", "--max-model-len", "8192"),
     ("vllm-gpu-draft", "--served-model-name", "llama-3.1-8b"),
     ("vllm-gpu-draft", "--enable-prefix-caching", None),
-    ("vllm-replicas-noprefix", "--no-enable-prefix-caching", None),
+    ("vllm-replicas-noprefix", "--disable-prefix-caching", None),
+    ("vllm-replicas-noprefix", "--no-enable-prefix-caching", "ABSENT"),
     ("vllm-tp4", "--tensor-parallel-size", "4"),
     ("vllm-tp8-fp8", "--tensor-parallel-size", "8"),
     ("vllm-tp8-fp8", "--quantization", "fp8"),
@@ -50,7 +53,7 @@ MAPPING = [
     ("tgi-ngram", "--max-input-tokens", "4095"),
     ("tgi-ngram", "--port", "8000"),
     ("tgi-ngram", "-p", "ABSENT"),
-    ("tgi-ngram", "--prometheus-port", "9000"),
+    ("tgi-ngram", "--prometheus-port", "ABSENT"),
     ("tgi-tp2", "--num-shard", "2"),
     ("tgi-tp2", "--kv-cache-dtype", "fp8_e4m3fn"),
     ("tgi-tp2", "--max-batch-size", "48"),
@@ -65,6 +68,7 @@ MAPPING = [
     ("llamacpp-cpu-draft", "--flash-attn", "on"),
     ("llamacpp-cpu-draft", "-ngl", "0"),
     ("llamacpp-cpu-draft", "--spec-draft-n-max", "8"),
+    ("llamacpp-cpu-draft", "--spec-type", "draft-simple"),
     ("llamacpp-cpu-draft", "--draft-max", "ABSENT"),
     ("llamacpp-cpu-draft", "-cb", None),
     ("llamacpp-cpu-draft", "--cache-prompt", None),
@@ -127,6 +131,28 @@ def test_tgi_prefix_cache_env() -> None:
 def test_llamacpp_build_is_one_constant() -> None:
     assert llamacpp.IMAGE_CPU.endswith(f"server-b{llamacpp.LLAMA_CPP_BUILD}")
     assert llamacpp.IMAGE_CUDA.endswith(f"server-cuda-b{llamacpp.LLAMA_CPP_BUILD}")
+
+
+def test_llamacpp_build_matches_the_contract_pin() -> None:
+    """The images and the binary the contract tests boot are the same build (hack/llama-cpp.version)."""
+    pins = dict(line.split("=", 1) for line in (ROOT / "hack" / "llama-cpp.version").read_text().splitlines()
+                if line and not line.startswith("#"))  # fmt: skip
+    assert int(pins["LLAMA_CPP_BUILD"]) == llamacpp.LLAMA_CPP_BUILD
+    assert f"b{pins['LLAMA_CPP_BUILD']}" == llamacpp.VERSION
+
+
+def test_bitsandbytes_never_goes_to_vllm() -> None:
+    """vLLM 0.33.0 has no bitsandbytes method: auto picks TGI; a forced vllm is refused; the renderer refuses."""
+    nodes = cluster(node("g", "h100"))
+    model = {"uri": "hf://x/y", "parameters": "8B", "dtype": "bfloat16", "contextLength": 4096,
+             "quantization": "bitsandbytes"}  # fmt: skip
+    auto = select(spec(model=model), nodes, {})
+    assert auto.backend == "tgi"
+    forced = select(spec(model=model, backend="vllm"), nodes, {})
+    assert not forced.satisfiable
+    assert "quantization bitsandbytes is not one it runs" in forced.reasons[-1]
+    with pytest.raises(InvalidSpec, match="bitsandbytes"):
+        vllm.container(auto, spec(model=model), "x")
 
 
 def test_multi_gpu_gets_dev_shm() -> None:

@@ -96,12 +96,13 @@ def test_objects_pdb_strategy_labels() -> None:
     assert "nodeSelector" not in cpu[0]["spec"]["template"]["spec"]
 
 
-def test_tgi_metrics_port_in_service_and_annotations() -> None:
+def test_tgi_metrics_on_the_api_port() -> None:
+    """TGI's router serves /metrics on the API port; --prometheus-port is not rendered (see engines/tgi.py)."""
     ib, decision = decide(INPUTS / "tgi-ngram.yaml")
     assert isinstance(ib, InferenceBackend)
     objs = render(ib, decision)
-    assert objs[0]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9000"
-    assert [p["port"] for p in objs[1]["spec"]["ports"]] == [8000, 9000]
+    assert objs[0]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "8000"
+    assert [p["port"] for p in objs[1]["spec"]["ports"]] == [8000]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])

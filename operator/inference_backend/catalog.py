@@ -38,9 +38,12 @@ CATALOG: dict[str, Capabilities] = {
     c.name: c
     for c in (
         # vLLM 0.33: continuous batching only (its scheduler admits requests every step, which subsumes dynamic
-        # batching); spec decode with a draft model or n-gram lookup; compute capability >= 7.0.
+        # batching); spec decode with a draft model or n-gram lookup; compute capability >= 7.0. No bitsandbytes:
+        # 0.33.0's QUANTIZATION_METHODS has none (its parser rejects `--quantization bitsandbytes`; see
+        # docs/engine-flags/vllm-0.33.0.md and tests/contracts/test_vllm_harness.py).
         Capabilities("vllm", frozenset({"safetensors"}), True, ("continuous",), True,
-                     frozenset({"draft", "ngram"}), _GPU_QUANT, frozenset({"auto", "fp8", "float16", "bfloat16"}),
+                     frozenset({"draft", "ngram"}), _GPU_QUANT - {"bitsandbytes"},
+                     frozenset({"auto", "fp8", "float16", "bfloat16"}),
                      True, (7, 0)),
         # TGI 3.3: continuous batching; --speculate is n-gram (or Medusa heads), no separate draft model;
         # flash-attention kernels need Ampere (8.0)+; no int8 weight scheme of ours maps to its --quantize.

@@ -1,43 +1,49 @@
 """Both servers start from the container args the engine renderers produce and answer a request.
 
-RENDERED holds a representative args list per engine; the renderer's output is to be wired in here (the
-same parsers, inference_backend.runners.{pytorch,onnx}.args.build_parser, must accept it).
+The args come from engines.pytorch.container / engines.onnxruntime.container for the "serve-" specs of
+tests/contracts/runner_cases.py. Substituted, by runner_cases.localize only: the values of --model/--draft-model
+(in-pod directories -> the tiny models made here), --host (-> 127.0.0.1) and --port (-> a free port); the
+rendered command (ib-pytorch-runner / ib-onnxruntime-server, console scripts of those modules) runs as
+`python -m inference_backend.runners.<pytorch|onnx>`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from conftest import Server, free_port
 from inference_backend.runners.onnx.args import build_parser as onnx_parser
 from inference_backend.runners.pytorch.args import build_parser as pytorch_parser
 
-COMMON = ["--served-model-name", "tiny", "--host", "127.0.0.1", "--port", "{port}", "--max-batch-size", "8"]
-RENDERED = {
-    "pytorch": [*COMMON, "--batching", "dynamic", "--max-wait-ms", "5", "--enable-prefix-caching", "--dtype",
-                "float32", "--device", "cpu", "--max-model-len", "256", "--max-queue", "64",
-                "--kv-cache-memory-fraction", "0.5", "--threads", "2"],
-    "onnx": [*COMMON, "--batching", "dynamic", "--max-wait-ms", "5", "--enable-prefix-caching",
-             "--providers", "CUDAExecutionProvider,CPUExecutionProvider", "--max-model-len", "256",
-             "--max-queue", "64", "--kv-cache-memory-fraction", "0.5", "--threads", "2"],
-}  # fmt: skip
+from tests.contracts.runner_cases import CASES, localize, render_runner_case
+
+SERVE = [name for name in CASES if name.startswith("serve-")]
+MODULES = {"pytorch": "pytorch", "onnxruntime": "onnx"}
+COMMANDS = {"pytorch": ("ib-pytorch-runner",), "onnxruntime": ("ib-onnxruntime-server",)}
 
 
-@pytest.mark.parametrize("kind", ["pytorch", "onnx"])
-def test_rendered_args_start_the_server(kind: str, models: dict[str, Path], start_server: Any) -> None:
-    from conftest import free_port
-
-    model = models["tiny" if kind == "pytorch" else "onnx"]
-    args = ["--model", str(model), *(a.format(port=free_port()) for a in RENDERED[kind])]
-    parser = pytorch_parser() if kind == "pytorch" else onnx_parser()
+@pytest.mark.parametrize("name", SERVE)
+def test_rendered_args_start_the_server(name: str, models: dict[str, Path], tmp_path: Path) -> None:
+    engine = CASES[name][0]
+    r = render_runner_case(name)
+    assert r.container.command == COMMANDS[engine]
+    dirs = {"--model": str(models["tiny" if engine == "pytorch" else "onnx"]), "--draft-model": str(models["draft"])}
+    port = free_port()
+    args = localize(r.args, dirs, port=port)
+    parser = pytorch_parser() if engine == "pytorch" else onnx_parser()
     parsed = parser.parse_args(args)
-    assert parsed.enable_prefix_caching and parsed.batching == "dynamic"
-    # start_server appends its own --host/--port (argparse: the last one wins); keep the rendered ones.
-    srv = start_server(kind, args[: args.index("--host")] + args[args.index("--port") + 2 :])
-    models_list = httpx.get(srv.url + "/v1/models").json()["data"]
-    assert models_list[0]["id"] == "tiny" and models_list[0]["max_model_len"] == 256
-    body = {"model": "tiny", "prompt": "hello world", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
-    reply = httpx.post(srv.url + "/v1/completions", json=body, timeout=60).json()
-    assert reply["usage"]["completion_tokens"] == 4
+    s = r.spec
+    assert parsed.enable_prefix_caching is s.prefix_cache.enabled and parsed.port == port
+    srv = Server(MODULES[engine], args, tmp_path / "server.log")
+    try:
+        srv.wait_ready()
+        models_list = httpx.get(srv.url + "/v1/models").json()["data"]
+        assert models_list[0]["id"] == s.model.served_name == "tiny"
+        assert models_list[0]["max_model_len"] == 256
+        body = {"model": "tiny", "prompt": "hello world", "max_tokens": 4, "temperature": 0, "ignore_eos": True}
+        reply = httpx.post(srv.url + "/v1/completions", json=body, timeout=60).json()
+        assert reply["usage"]["completion_tokens"] == 4
+    finally:
+        srv.stop()

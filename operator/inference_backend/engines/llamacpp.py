@@ -3,8 +3,9 @@
 Flags are cited against ggml-org/llama.cpp common/arg.cpp (common_params_parser_init; stored version read: commit
 145b628, a late-2025 build with --fit and the router server) and, for the speculative-decoding flags renamed
 since, upstream PR #22397 "spec : refactor params" (2026-04): `--draft`, `--draft-n`, `--draft-max` were replaced by
-`--spec-draft-n-max` and are fatal ("invalid argument") on builds after it. The contract test runs the pinned
-llama-server binary's argument parser over these args.
+`--spec-draft-n-max` and are fatal ("the argument has been removed") on builds after it. Every flag emitted here is in
+tests/contracts/data/llama-server-b11312.flags.txt (from the pinned binary's --help), and
+tests/contracts/test_llamacpp_contract.py boots the pinned llama-server with exactly the rendered args.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from inference_backend.engines.base import (
 from inference_backend.selection.decision import Decision
 
 ENGINE = "llamacpp"
-LLAMA_CPP_BUILD = 0
-"""PLACEHOLDER: the llama.cpp build (bNNNN) the images are pinned to; to be set to the build vendored by
-llama-cpp-python==0.3.36 (determined by the engine-harness work). Must be after PR #22397 (see module doc)."""
+LLAMA_CPP_BUILD = 11312
+"""The llama.cpp build (bNNNN) the images are pinned to: the one vendored by llama-cpp-python 0.3.36, the same
+pin as hack/llama-cpp.version (LLAMA_CPP_BUILD), whose binary the contract tests boot; a test keeps the two equal.
+After PR #22397 (see module doc)."""
 VERSION = f"b{LLAMA_CPP_BUILD}"
-IMAGE_CPU = f"ghcr.io/ggml-org/llama.cpp:server-b{LLAMA_CPP_BUILD}"
-IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-b{LLAMA_CPP_BUILD}"
+IMAGE_CPU = f"ghcr.io/ggml-org/llama.cpp:server-{VERSION}"
+IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{VERSION}"
 COMMAND = ("/app/llama-server",)  # the server images' entrypoint (.devops/*.Dockerfile: /app/llama-server)
 # Every spelling in arg.cpp of the flags we set -> one name (short, long, --no- forms).
 ALIASES = {
@@ -72,6 +74,7 @@ ALIASES = {
     "--draft-max": "--spec-draft-n-max",
     "--gpu-layers-draft": "-ngld",
     "--n-gpu-layers-draft": "-ngld",
+    "--spec-draft-ngl": "-ngld",
 }
 # KV cache types (arg.cpp get_all_kv_cache_types / kv_cache_type_from_str): f32, f16, bf16, q8_0, q4_0, ...
 KV_TYPES = {"float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0"}
@@ -128,8 +131,8 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         a.add("-sm", "layer", source="the decision's placement (GPUs per replica)")
     if not on_gpu:
         a.add("-t", cpu_cores(decision), source="the decision's placement (CPU cores)")  # arg.cpp -t/--threads
-    # Prompt (prefix) cache: --cache-prompt/--no-cache-prompt (newer than the stored arg.cpp; unverified there)
-    # and arg.cpp --cache-reuse N (min chunk reused via KV shifting; 0 disables).
+    # Prompt (prefix) cache: --cache-prompt/--no-cache-prompt (in the b11312 flag list) and --cache-reuse N (min
+    # chunk reused via KV shifting; 0 disables).
     a.add("--cache-prompt" if decision.prefix_cache else "--no-cache-prompt", source="spec.prefixCache.enabled")
     a.add("--cache-reuse", CACHE_REUSE_TOKENS if decision.prefix_cache else 0, source="spec.prefixCache.enabled")
     a.add("--metrics", source="the operator (Prometheus /metrics)")  # arg.cpp --metrics
@@ -189,6 +192,9 @@ def _draft(decision: Decision, a: ArgBuilder, on_gpu: bool) -> artifacts.Artifac
         a.add("-hfd", _with_quant(art.hf_repo, s.draft.quantization), source=src)
     else:
         a.add("-md", art.reference, source=src)  # arg.cpp -md/--model-draft FNAME
+    # --spec-type: in b11312 a draft model alone does not speculate (the type defaults to none; booted in
+    # tests/contracts/test_llama_server_harness.py), so the draft type is named explicitly.
+    a.add("--spec-type", "draft-simple", source="spec.speculativeDecoding.draftModelRef")
     # PR #22397: --spec-draft-n-max (was --draft-max/--draft/--draft-n, now fatal)
     a.add("--spec-draft-n-max", s.num_tokens, source="spec.speculativeDecoding.numSpeculativeTokens")
     # arg.cpp -ngld/--gpu-layers-draft

@@ -4,7 +4,8 @@ text-generation-inference:3.3.7).
 Flags are cited against huggingface/text-generation-inference launcher/src/main.rs (the clap `Args` struct; stored
 version read: commit 009c4e0, a 2.x/3.0 launcher). Every launcher flag is also read from the environment variable
 of its name in capitals (clap `env`), so those names are reserved too. Flags newer than the stored launcher are
-marked "unverified" and are checked by the TGI 3.3.7 flag-contract test.
+not rendered unless verified; every rendered container is checked by tests/contracts/test_tgi_contract.py against
+tests/contracts/data/tgi-3.3.7-launcher.json.
 """
 
 from __future__ import annotations
@@ -34,7 +35,11 @@ ENGINE = "tgi"
 VERSION = "3.3.7"
 IMAGE = f"ghcr.io/huggingface/text-generation-inference:{VERSION}"
 COMMAND = ("text-generation-launcher",)
-PROMETHEUS_PORT = 9000
+# Metrics: the router serves GET /metrics on the API port (router/src/server.rs, the `metrics` route rendering the
+# PrometheusHandle), so no metrics flag is rendered. `--prometheus-port` is NOT rendered: it is absent from the
+# newest launcher reference we hold (tests/contracts/data/tgi-launcher.md, commit 032fc4c4, the 3.0.x flag set) and
+# upstream issue huggingface/text-generation-inference#3062 (2025-02) asks for it as a missing option; whether it
+# landed before 3.3.7 is unverified, and clap rejects an unknown argument, so the API port's /metrics is used.
 # main.rs: `port` is `#[clap(long, short, env)]` (so -p is --port); `env` is -e.
 ALIASES = {"-p": "--port"}
 # main.rs enum Quantization (kebab-case values): awq, eetq, exl2, gptq, marlin, bitsandbytes, bitsandbytes-nf4,
@@ -55,8 +60,6 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     a.add("--model-id", art.reference, source="spec.model.uri")  # main.rs model_id
     a.add("--hostname", HOST, source="the operator (listen on all addresses)")  # main.rs hostname
     a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # main.rs port (long; never -p here)
-    # unverified in the stored launcher (added in 3.x): prometheus_port, default 9000 -> /metrics there.
-    a.add("--prometheus-port", PROMETHEUS_PORT, source="the operator (metrics port 9000)")
     if gpus(decision) > 1:
         a.add("--num-shard", gpus(decision), source="the decision's placement (GPUs per replica)")  # num_shard
     if model.quantization in QUANTIZE:
@@ -122,7 +125,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         command=COMMAND,
         args=args,
         env=env,
-        ports=ports(PROMETHEUS_PORT),
+        ports=ports(),
         startup_probe=startup,
         readiness_probe=ready,
         liveness_probe=live,
@@ -130,7 +133,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
         volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
         init_containers=init,
-        metrics_port=PROMETHEUS_PORT,
+        metrics_port=HTTP_PORT,
         metrics_path="/metrics",
         unsupported=tuple(notes),
         flags=tuple(a.flags),

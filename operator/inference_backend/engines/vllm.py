@@ -31,18 +31,22 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.selection.decision import Decision, ResolvedModel
+from inference_backend.selection.decision import Decision, InvalidSpec, ResolvedModel
 
 ENGINE = "vllm"
 VERSION = "0.33.0"
 IMAGE = f"vllm/vllm-openai:v{VERSION}"
 COMMAND = ("vllm", "serve")
-# Every spelling of the flags we set -> one name (arg_utils.py: "-tp", "-q" aliases; BooleanOptionalAction adds
-# --no-<flag>; FlexibleArgumentParser also accepts underscores, normalised in base._canonical).
+# Every spelling of the flags we set -> one name (0.33.0 engine/arg_utils.py: "-tp", "-q", "-sc",
+# --device-memory-utilization aliases; EnableDisableAction adds --disable-<x> and the legacy --no-enable-<x>;
+# FlexibleArgumentParser also accepts underscores, normalised in base._canonical).
 ALIASES = {
     "-tp": "--tensor-parallel-size",
     "-q": "--quantization",
     "--no-enable-prefix-caching": "--enable-prefix-caching",
+    "--disable-prefix-caching": "--enable-prefix-caching",
+    "-sc": "--speculative-config",
+    "--device-memory-utilization": "--gpu-memory-utilization",
     "--model": "--model",
 }
 # CUDA block sizes (config/cache.py BlockSize = 1, 8, 16, 32, 64, 128, 256; "On CUDA devices, only block sizes
@@ -74,9 +78,11 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     elif decision.serving_dtype in ("float16", "bfloat16", "float32"):
         a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")
     # ModelConfig: --quantization / -q. AWQ/GPTQ checkpoints carry quantization_config and vLLM then picks the
-    # fastest kernel (awq_marlin/gptq_marlin); forcing "awq" would pin the slow one, so only in-flight schemes
-    # are passed.
-    if model.quantization in ("fp8", "bitsandbytes"):
+    # fastest kernel (awq_marlin/gptq_marlin); forcing "awq" would pin the slow one, so only the in-flight scheme
+    # is passed. bitsandbytes is not a 0.33.0 method (the catalog never selects vLLM for it).
+    if model.quantization == "bitsandbytes":
+        raise InvalidSpec("spec.model.quantization", "bitsandbytes is not a vLLM 0.33.0 quantization method")
+    if model.quantization == "fp8":
         a.add("--quantization", model.quantization, source="spec.model.quantization")
     a.add("--max-model-len", model.context_length, source="spec.model.contextLength")  # ModelConfig
     # CacheConfig: --gpu-memory-utilization (0, 1]
@@ -95,8 +101,9 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # the total across TP ranks). Not --swap-space (V0 preemption swap, removed upstream).
         a.add("--kv-offloading-backend", "native", source="spec.kvCache.cpuOffloadGiB")
         a.add("--kv-offloading-size", spec.kv_cache.cpu_offload_gi_b, source="spec.kvCache.cpuOffloadGiB")
-    # CacheConfig.enable_prefix_caching (BooleanOptionalAction: --enable-prefix-caching / --no-...)
-    prefix = "--enable-prefix-caching" if decision.prefix_cache else "--no-enable-prefix-caching"
+    # CacheConfig.enable_prefix_caching. 0.33.0 uses EnableDisableAction (utils/argparse_utils.py): the documented
+    # negation is --disable-prefix-caching (the legacy --no-enable-prefix-caching is still parsed, hidden from --help).
+    prefix = "--enable-prefix-caching" if decision.prefix_cache else "--disable-prefix-caching"
     a.add(prefix, source="spec.prefixCache.enabled")
     b = decision.batching
     if b.max_batch_size is not None:
