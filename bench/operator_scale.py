@@ -65,7 +65,7 @@ def start_operator(kubeconfig: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     log = (E2E_DIR / "logs" / "bench-operator.log").open("ab")
     cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces", "--metrics-port", "0",
-           "--log-level", "warning"]  # fmt: skip
+           "--log-level", os.environ.get("IB_BENCH_LOG_LEVEL", "warning")]  # fmt: skip
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 

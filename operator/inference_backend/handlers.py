@@ -169,7 +169,7 @@ def _retry_later(key: tuple[str, str], indexes: dict[str, Any], exc: Exception) 
     attempt = RETRIES.get(key, 0) + 1
     RETRIES[key] = attempt
     delay = min(5.0 * 2 ** (attempt - 1), 300.0)
-    log.warning("reconcile of %s/%s failed (%s); retry %d in %.0f s", *key, exc, attempt, delay)
+    log.warning("reconcile of %s/%s failed (%r); retry %d in %.0f s", *key, exc, attempt, delay)
     backends: kopf.Index[Any, Any] | None = BACKENDS.get("index")
 
     async def later() -> None:

@@ -109,12 +109,10 @@ def content_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def _current(body: Mapping[str, Any]) -> Current | None:
-    """The placement serving now, kept while the spec is unchanged (so new nodes do not move it)."""
-    st = body.get("status") or {}
-    meta = body.get("metadata") or {}
+def _current(st: Mapping[str, Any], generation: int) -> Current | None:
+    """The placement serving now (from our latest status), kept while the spec is unchanged."""
     placement = (st.get("decision") or {}).get("placement")
-    if not st.get("backend") or not placement or st.get("observedGeneration") != meta.get("generation"):
+    if not st.get("backend") or not placement or st.get("observedGeneration") != generation:
         return None
     return Current(st["backend"], placement.get("accelerator") or "cpu", placement.get("gpuProduct"),
                    int(placement.get("gpusPerReplica") or 0))  # fmt: skip
@@ -133,7 +131,7 @@ async def reconcile(
 ) -> Outcome:
     started = time.perf_counter()
     try:
-        outcome = await _reconcile(body, world, kube, recent or Recent())
+        outcome = await _reconcile(body, world, kube, recent or Recent(), trigger)
     except Exception:
         metrics.RECONCILES.labels(trigger, "error").inc()
         raise
@@ -143,7 +141,7 @@ async def reconcile(
     return outcome
 
 
-async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent) -> Outcome:
+async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent, trigger: str) -> Outcome:
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
     previous = recent.previous_status((namespace, name), _user_status(body))
@@ -154,7 +152,7 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             {"apiVersion": body.get("apiVersion"), "kind": "InferenceBackend",
              "metadata": {"name": name, "namespace": namespace}, "spec": body.get("spec") or {}}
         )  # fmt: skip
-        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=_current(body),
+        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=_current(previous, generation),
                           gpus_in_use=world.gpus_in_use((namespace, name)))  # fmt: skip
     except ValidationError as exc:
         error = explain(exc)
@@ -194,6 +192,9 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     )  # fmt: skip
     written = False
     if status.changed(previous, new):
+        if log.isEnabledFor(logging.DEBUG):
+            diff = sorted(k for k in set(previous) | set(new) if previous.get(k) != new.get(k))
+            log.debug("status of %s/%s changes (%s): %s", namespace, name, trigger, diff)
         patch = {**{k: None for k in previous if k not in new}, **new}
         await kube.patch_status(namespace, name, patch)
         recent.statuses[(namespace, name)] = new

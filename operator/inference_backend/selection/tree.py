@@ -150,7 +150,10 @@ def select(
                 del all_options[engine]
         reasons.append("hardware.accelerator auto: a GPU placement fits, so GPU placements are preferred")
     prefs = spec.hardware.gpu_products
-    busy = _busy_products(gpu_classes, gpus_in_use or {}, all_options, spec.replicas)
+    kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
+    # Free capacity only steers new placements: a placement that is kept does not depend on what others use, so
+    # its decision (and status) stays the same while the cluster fills up.
+    busy = frozenset() if kept else _busy_products(gpu_classes, gpus_in_use or {}, all_options, spec.replicas)
     for engine, opts in all_options.items():
         best[engine] = sorted(opts, key=lambda o: o.sort_key(prefs, busy))[0]
     if not best:
@@ -159,7 +162,6 @@ def select(
 
     lacks = {e: _lacks(CATALOG[e], spec, draft) for e in best}
     order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), ENGINES.index(e)))
-    kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
     if kept is not None:
         if (kept.engine, kept.placement) != (order[0], best[order[0]].placement):  # else the fresh pick agrees
             reasons.append(f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is "
