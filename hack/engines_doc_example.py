@@ -1,6 +1,8 @@
-"""Regenerate the side-by-side example of docs/engines.md from a golden file (between the EXAMPLE markers).
+"""Regenerate the side-by-side examples (spec | rendered container) from golden files, between the markers:
+the one of docs/engines.md, and one per engine in README.md. A unit test keeps README.md up to date.
 
-Run: .venv/bin/python hack/engines_doc_example.py [golden-input-stem]
+Run: .venv/bin/python hack/engines_doc_example.py [golden-input-stem]     (docs/engines.md)
+     .venv/bin/python hack/engines_doc_example.py --readme                 (README.md)
 """
 
 from __future__ import annotations
@@ -33,7 +35,31 @@ def example(stem: str) -> str:
     )
 
 
+README_BEGIN, README_END = "<!-- ENGINES BEGIN (hack/engines_doc_example.py --readme) -->", "<!-- ENGINES END -->"
+README_EXAMPLES = {
+    "vLLM": "vllm-gpu-draft",
+    "TGI": "tgi-ngram",
+    "llama.cpp": "llamacpp-cpu-draft",
+    "ONNX Runtime server": "onnxruntime-gpu-s3",
+    "PyTorch runner": "pytorch-gpu-hf-continuous",
+}
+
+
+def readme_section() -> str:
+    return "\n\n".join(f"### {engine}\n{example(stem)}" for engine, stem in README_EXAMPLES.items())
+
+
+def replace_between(text: str, begin: str, end: str, body: str) -> str:
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--readme"]:
+        readme = ROOT / "README.md"
+        readme.write_text(replace_between(readme.read_text(), README_BEGIN, README_END, readme_section()))
+        return 0
     stem = sys.argv[1] if len(sys.argv) > 1 else "vllm-gpu-draft"
     doc = ROOT / "docs" / "engines.md"
     text = doc.read_text()

@@ -27,3 +27,18 @@ def test_golden(path: Path) -> None:
         out.write_text(text)
     assert out.exists(), f"{out} missing: run UPDATE_GOLDEN=1 pytest tests/test_golden.py"
     assert text == out.read_text(), f"{path.name} renders differently from {out.name} (UPDATE_GOLDEN=1 to accept)"
+
+
+def test_readme_engine_examples_are_current() -> None:
+    """README.md shows, per engine, a spec beside its rendered container; it must match what render produces."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "hack/engines_doc_example.py"
+    loader = importlib.util.spec_from_file_location("engines_doc_example", path)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    readme = (path.parents[1] / "README.md").read_text()
+    assert module.README_BEGIN + "\n" + module.readme_section() + "\n" + module.README_END in readme, (
+        "README.md engine examples are stale: run .venv/bin/python hack/engines_doc_example.py --readme"
+    )
