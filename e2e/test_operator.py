@@ -86,10 +86,12 @@ class Operator:
         self.kubeconfig, self.log = kubeconfig, log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, priority: int | None = None) -> None:
         env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
                "--peering", "inference-backend", "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
+        if priority is not None:
+            cmd.append(f"--priority={priority}")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
@@ -348,3 +350,27 @@ def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wa
     finally:
         for n in saved:
             kubectl("uncordon", n["metadata"]["name"])
+
+
+def test_leader_election_one_replica_works(operator: Operator, sa_kubeconfig: str, ns: str, wait_until: Any,
+                                           e2e_dir: Path) -> None:  # fmt: skip
+    """A second replica in the same peering waits while the first (higher priority) works, and takes over when
+    the first goes away."""
+    standby_log = e2e_dir / "logs" / "operator-standby.log"
+    standby_log.write_text("")
+    standby = Operator(sa_kubeconfig, standby_log)
+    standby.start(priority=0)  # below any random priority (>= 1) of the fixture's operator
+    try:
+        # Both replicas announce themselves in the peering object; the lower priority one stays paused.
+        peers = lambda: len(get_json("clusterkopfpeering", "inference-backend").get("status") or {}) >= 2  # noqa: E731
+        wait_until("both replicas in the peering", peers, 60)
+        apply(example("pytorch-research.yaml", ns))
+        wait_phase(wait_until, ns, "research-gpt", "Ready")
+        assert "research-gpt" not in standby_log.read_text(), "the paused replica wrote nothing"
+        operator.stop()
+        wait_until("the standby resumes", lambda: "Resuming operations" in standby_log.read_text(), 90)
+        apply(example("onnxruntime-phi-3.yaml", ns))
+        wait_phase(wait_until, ns, "phi3-onnx", "Ready")
+    finally:
+        standby.stop()
+        operator.start()
