@@ -284,3 +284,48 @@ def artifact_parts(*artifacts: Artifact | None) -> tuple[tuple[Json, ...], tuple
         merge_named(*(a.mounts for a in present)),
         merge_named(*(a.init_containers for a in present)),
     )
+
+
+def assemble(
+    *,
+    engine: str,
+    version: str,
+    image: str,
+    command: tuple[str, ...],
+    args: ArgBuilder,
+    env: Sequence[Json],
+    aliases: Mapping[str, str],
+    decision: Decision,
+    spec: InferenceBackendSpec,
+    notes: Sequence[str],
+    volumes: tuple[Json, ...] = (),
+    mounts: tuple[Json, ...] = (),
+    init: tuple[Json, ...] = (),
+    reserved_env: Mapping[str, str] | None = None,
+    kv_bytes: float | None = None,
+) -> EngineContainer:
+    """The container every engine shares the shape of: ``spec.engine`` overrides applied last (and checked),
+    probes on GET /health and metrics at /metrics, both on the API port, resources from the decision."""
+    image, argv, env = apply_overrides(spec, image, args, env, aliases, reserved_env)
+    startup, ready, live = health_probes("/health")
+    return EngineContainer(
+        engine=engine,
+        version=version,
+        name=engine,
+        image=image,
+        command=command,
+        args=argv,
+        env=env,
+        ports=ports(),
+        startup_probe=startup,
+        readiness_probe=ready,
+        liveness_probe=live,
+        resources=resources(decision, spec, kv_bytes=kv_bytes),
+        volumes=volumes,
+        volume_mounts=mounts,
+        init_containers=init,
+        metrics_port=HTTP_PORT,
+        metrics_path="/metrics",
+        unsupported=tuple(notes),
+        flags=tuple(args.flags),
+    )

@@ -18,16 +18,13 @@ from inference_backend.engines.base import (
     MODEL_CACHE_DIR,
     ArgBuilder,
     EngineContainer,
-    apply_overrides,
     artifact_parts,
+    assemble,
     cpu_cores,
     gpus,
-    health_probes,
     merge_named,
     model_cache_volume,
     placement,
-    ports,
-    resources,
     served_name,
     shm_volume,
 )
@@ -148,30 +145,14 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     shm_vols, shm_mounts = shm_volume(decision)
     # LLAMA_CACHE: where -hf downloads go (common.cpp fs_get_cache_directory).
     env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), art_env)
-    image, args, env = apply_overrides(spec, IMAGE_CUDA if on_gpu else IMAGE_CPU, a, env, ALIASES)
-    startup, ready, live = health_probes("/health")  # tools/server: GET /health (503 while loading)
+    # tools/server: GET /health (503 while loading), GET /metrics with --metrics
     kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
-    return EngineContainer(
-        engine=ENGINE,
-        version=VERSION,
-        name=ENGINE,
-        image=image,
-        command=COMMAND,
-        args=args,
-        env=env,
-        ports=ports(),
-        startup_probe=startup,
-        readiness_probe=ready,
-        liveness_probe=live,
-        resources=resources(decision, spec, kv_bytes=kv_bytes),
+    return assemble(
+        engine=ENGINE, version=VERSION, image=IMAGE_CUDA if on_gpu else IMAGE_CPU, command=COMMAND, args=a,
+        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, init=init, kv_bytes=kv_bytes,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
-        init_containers=init,
-        metrics_port=HTTP_PORT,
-        metrics_path="/metrics",
-        unsupported=tuple(notes),
-        flags=tuple(a.flags),
-    )
+        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+    )  # fmt: skip
 
 
 def _with_quant(repo: str, quantization: str) -> str:

@@ -15,14 +15,11 @@ from inference_backend.engines.base import (
     HTTP_PORT,
     ArgBuilder,
     EngineContainer,
-    apply_overrides,
     artifact_parts,
+    assemble,
     cpu_cores,
-    health_probes,
     merge_named,
     placement,
-    ports,
-    resources,
     served_name,
     shm_volume,
 )
@@ -73,26 +70,9 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
     art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
     shm_vols, shm_mounts = shm_volume(decision)
     env = art_env
-    image, args, env = apply_overrides(spec, image, a, env, ALIASES)
-    startup, ready, live = health_probes("/health")  # common/server.py GET /health (503 until loaded)
-    return EngineContainer(
-        engine=engine,
-        version=VERSION,
-        name=engine,
-        image=image,
-        command=command,
-        args=args,
-        env=env,
-        ports=ports(),
-        startup_probe=startup,
-        readiness_probe=ready,
-        liveness_probe=live,
-        resources=resources(decision, spec),
-        volumes=merge_named(art_vols, shm_vols),
-        volume_mounts=merge_named(art_mounts, shm_mounts),
-        init_containers=init,
-        metrics_port=HTTP_PORT,  # common/server.py GET /metrics on the API port
-        metrics_path="/metrics",
-        unsupported=tuple(notes),
-        flags=tuple(a.flags),
-    )
+    # common/server.py: GET /health (503 until loaded), GET /metrics on the API port
+    return assemble(
+        engine=engine, version=VERSION, image=image, command=command, args=a, env=env, aliases=ALIASES,
+        decision=decision, spec=spec, notes=notes, init=init,
+        volumes=merge_named(art_vols, shm_vols), mounts=merge_named(art_mounts, shm_mounts),
+    )  # fmt: skip

@@ -18,15 +18,12 @@ from inference_backend.engines.base import (
     MODEL_CACHE_DIR,
     ArgBuilder,
     EngineContainer,
-    apply_overrides,
     artifact_parts,
+    assemble,
     gpus,
-    health_probes,
     merge_named,
     model_cache_volume,
     placement,
-    ports,
-    resources,
     shm_volume,
 )
 from inference_backend.selection.decision import Decision
@@ -115,29 +112,13 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         art_env,  # HF_TOKEN: read by the launcher (get_config) and the shards
     )
     reserved = {_env_name(f.name): f.source for f in a.flags}
-    image, args, env = apply_overrides(spec, IMAGE, a, env, ALIASES, reserved)
-    startup, ready, live = health_probes("/health")  # router: GET /health
-    return EngineContainer(
-        engine=ENGINE,
-        version=VERSION,
-        name=ENGINE,
-        image=image,
-        command=COMMAND,
-        args=args,
-        env=env,
-        ports=ports(),
-        startup_probe=startup,
-        readiness_probe=ready,
-        liveness_probe=live,
-        resources=resources(decision, spec),
+    # router: GET /health, GET /metrics on the API port
+    return assemble(
+        engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
+        decision=decision, spec=spec, notes=notes, init=init, reserved_env=reserved,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
-        init_containers=init,
-        metrics_port=HTTP_PORT,
-        metrics_path="/metrics",
-        unsupported=tuple(notes),
-        flags=tuple(a.flags),
-    )
+        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+    )  # fmt: skip
 
 
 def _env_name(flag: str) -> str:

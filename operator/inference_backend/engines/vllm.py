@@ -19,15 +19,12 @@ from inference_backend.engines.base import (
     MODEL_CACHE_DIR,
     ArgBuilder,
     EngineContainer,
-    apply_overrides,
     artifact_parts,
+    assemble,
     gpus,
-    health_probes,
     merge_named,
     model_cache_volume,
     placement,
-    ports,
-    resources,
     served_name,
     shm_volume,
 )
@@ -127,29 +124,13 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         ({"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}),
         art_env,
     )
-    image, args, env = apply_overrides(spec, IMAGE, a, env, ALIASES)
-    startup, ready, live = health_probes("/health")  # openai/api_server.py GET /health
-    return EngineContainer(
-        engine=ENGINE,
-        version=VERSION,
-        name=ENGINE,
-        image=image,
-        command=COMMAND,
-        args=args,
-        env=env,
-        ports=ports(),
-        startup_probe=startup,
-        readiness_probe=ready,
-        liveness_probe=live,
-        resources=resources(decision, spec),
+    # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
+    return assemble(
+        engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
+        decision=decision, spec=spec, notes=notes, init=init,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        volume_mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
-        init_containers=init,
-        metrics_port=HTTP_PORT,  # openai/api_server.py mounts the Prometheus app at /metrics on the API port
-        metrics_path="/metrics",
-        unsupported=tuple(notes),
-        flags=tuple(a.flags),
-    )
+        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+    )  # fmt: skip
 
 
 def _kv_dtype(decision: Decision, notes: list[str]) -> str | None:
