@@ -194,8 +194,13 @@ async def on_backend(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
     """Every event of an InferenceBackend (the initial listing too) runs the level-triggered reconcile. kopf's own
     change detection is not used, so kopf writes no annotations on our objects; our own status writes come back
     as events that change nothing."""
-    if type != "DELETED":
-        await _run(body, "listing" if type is None else type.lower(), **_pick(kwargs))
+    if type == "DELETED":  # the garbage collector removes the children; forget what we kept for it
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        RECENT.statuses.pop(key, None)
+        RETRIES.pop(key, None)
+        LOCKS.pop(key, None)
+        return
+    await _run(body, "listing" if type is None else type.lower(), **_pick(kwargs))
 
 
 async def _owner(body: kopf.Body, trigger: str, kwargs: dict[str, Any]) -> None:
