@@ -15,8 +15,10 @@ TEST_TARGETS := lint unit
 
 .PHONY: help venv lint unit test demo demo-down demo-select crds clean
 help:
-	@echo "make demo   - set up and run the demo"
-	@echo "make test   - lint, unit tests, contract tests and e2e tests"
+	@echo "make demo       - local cluster with fake GPU nodes, the operator, one InferenceBackend per engine"
+	@echo "make demo-down  - stop the demo's operator and cluster"
+	@echo "make test       - lint, unit, engine contracts, runners, e2e (what .ci/run calls)"
+	@echo "make lint | unit | contracts | runners-test | e2e | crds | golden | bench-operator"
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml

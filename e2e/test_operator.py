@@ -219,6 +219,9 @@ def test_get_describe_and_delete(operator: Operator, ns: str, wait_until: Any) -
     described = kubectl("describe", "ib", "llama-chat", "-n", ns)
     for text in ("Reasons:", "chosen: vllm on", "BackendSelected", "Events:", "Selected", "object(s) applied"):
         assert text in described, text
+    explained = kubectl("explain", "ib.spec.kvCache.memoryFraction")
+    assert "Share of accelerator (or node) memory" in explained and "<number>" in explained
+    assert "draft" in kubectl("explain", "inferencebackend.spec.speculativeDecoding")
     kubectl("delete", "ib", "llama-chat", "-n", ns)
     gone = lambda: not kubectl("get", "deployment,service", "-n", ns, "-o", "name").strip()  # noqa: E731
     wait_until("children garbage-collected", gone, timeout=60)
