@@ -72,15 +72,15 @@ CASES = [
          "NVIDIA-H100-80GB-HBM3", 1),
     Case("node-selector", m(model=m(modelRef="llama-3-1-8b"),
                             hardware=m(nodeSelector={"kubernetes.io/hostname": "h100-a"})),
-         MIXED, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 1, reason="3 not matching hardware.nodeSelector"),
+         MIXED, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 1, reason="nodes left out: not matching hardware.nodeSelector"),
     Case("tainted-gpu-untolerated", m(model=m(modelRef="llama-3-1-8b")),
          [node("l4-t", "l4", 1, taints=[GPU_TAINT])] + CPU, "pytorch", "cpu",
-         reason="tainted nvidia.com/gpu=present:NoSchedule (not tolerated)"),
+         reason="nodes left out: tainted nvidia.com/gpu=present:NoSchedule (not tolerated)"),
     Case("tainted-gpu-tolerated", m(model=m(modelRef="llama-3-1-8b"), hardware=m(tolerations=TOLERATE_GPU)),
          [node("l4-t", "l4", 1, taints=[GPU_TAINT])] + CPU, "vllm", "gpu", "NVIDIA-L4", 1),
     Case("cordoned-and-notready", m(model=m(modelRef="llama-3-1-8b")),
          [node("l4-c", "l4", 1, unschedulable=True), node("l4-n", "l4", 1, ready=False)] + CPU, "pytorch", "cpu",
-         reason="1 NotReady, 1 unschedulable (cordoned)"),
+         reason="nodes left out: NotReady, unschedulable (cordoned)"),
     Case("gpu-without-gfd-labels", m(model=m(modelRef="qwen-0-5b")), NOLABELS, "vllm", "gpu", "unknown", 1,
          reason="no nvidia.com/gpu.memory label; assuming 15360 MiB per GPU (conservative)"),
     Case("t4-lacks-bf16-tgi-needs-ampere", m(model=m(modelRef="qwen-0-5b")), T4, "vllm", "gpu", "Tesla-T4", 1,
@@ -170,7 +170,7 @@ CASES = [
     Case("cpu-offload-non-vllm", m(backend="tgi", model=m(modelRef="llama-3-1-8b"), kvCache=m(cpuOffloadGiB=4)), MIXED,
          "tgi", unsupported="kvCache.cpuOffloadGiB"),
     # --- empty cluster
-    Case("no-nodes", m(model=m(modelRef="llama-3-1-8b")), [], None, reason="0 of 0 nodes usable"),
+    Case("no-nodes", m(model=m(modelRef="llama-3-1-8b")), [], None, reason="usable: no node"),
 ]  # fmt: skip
 
 

@@ -247,8 +247,6 @@ class Placement(ApiModel):
     """Tensor-parallel degree (equals gpusPerReplica; 0 on CPU)."""
     gpu_resource: str | None = None
     """Extended resource requested: nvidia.com/gpu, or nvidia.com/mig-<profile> for MIG slices."""
-    nodes: int = 0
-    """How many candidate nodes have this hardware."""
 
 
 class MemoryReport(ApiModel):

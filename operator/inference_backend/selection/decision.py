@@ -166,7 +166,6 @@ class Decision:
                 gpus_per_replica=p.gpus_per_replica,
                 tensor_parallel_size=p.tensor_parallel_size,
                 gpu_resource=p.gpu.resource if p.gpu else None,
-                nodes=p.nodes,
             )
         return api.Decision(
             reasons=list(self.reasons),

@@ -29,7 +29,7 @@ def _selector_matches(selector: dict[str, str], cls: HardwareClass, names: tuple
 def _nodes(names: tuple[str, ...]) -> str:
     if len(names) == 1:
         return f"node {names[0]}"
-    more = f" (+{len(names) - 3} more)" if len(names) > 3 else ""
+    more = " and others" if len(names) > 3 else ""
     return f"nodes {', '.join(names[:3])}{more}"
 
 
@@ -61,8 +61,12 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
             continue
         usable.append(UsableClass(cls, matching))
         notes.extend(f"{_nodes(names)}: {note}" for note in cls.notes)
-    total = sum(len(n) for n in cluster.values())
-    summary = f"{sum(u.nodes for u in usable)} of {total} nodes usable"
+    # No node counts here: they change with every node that comes or goes, and the decision path (and so the
+    # status) should only change when the choice does.
+    kinds = {g.product for u in usable for g in u.hardware.gpus if g.count > 0}
+    if any(not u.hardware.has_gpu for u in usable):
+        kinds.add("CPU-only nodes")
+    summary = "usable: " + (", ".join(sorted(kinds)) if kinds else "no node")
     if left_out:
-        summary += "; left out: " + ", ".join(f"{n} {why}" for why, n in sorted(left_out.items()))
+        summary += "; nodes left out: " + ", ".join(sorted(left_out))
     return usable, [summary, *notes]

@@ -221,7 +221,7 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     engine = choice.engine
     caps = CATALOG[engine]
     p = choice.placement
-    reasons.append(f"chosen: {engine} on {p.describe()}, {p.nodes} node(s) with this hardware")
+    reasons.append(f"chosen: {engine} on {p.describe()}")
     _, dtype_notes = serving_dtype(engine, model, p.gpu)
     reasons.extend(dtype_notes)
     fit = choice.fit
