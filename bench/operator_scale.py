@@ -139,6 +139,9 @@ def main() -> None:
     print(f">> {args.nodes} fake nodes")
     nodes = sh(sys.executable, str(ROOT / "e2e/nodes/generate.py"), str(args.nodes), "--prefix", "scale")
     sh(kubectl, "apply", "--server-side", "-f", "-", stdin=nodes)
+    t0 = time.monotonic()
+    sh(kubectl, "wait", "--for=condition=Ready", "node", "-l", "type=kwok", "--timeout=600s")
+    print(f">> KWOK made the {args.nodes} nodes Ready in {time.monotonic() - t0:.0f} s")
     sh(tool("helm"), "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "-n", "ib-system",
        "--create-namespace", "--reset-values")  # fmt: skip
     sh(kubectl, "create", "namespace", NS)
@@ -150,7 +153,14 @@ def main() -> None:
         since = time.time()
         print(f">> creating {args.backends} InferenceBackends at {args.rate:.0f}/s")
         latencies, total = asyncio.run(apply_and_watch(args.backends, args.rate))
-        time.sleep(10)  # let readiness roll-ups settle
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 600:  # until every InferenceBackend reports its Deployment ready
+            phases = sh(kubectl, "get", "ib", "-n", NS, "-o", "jsonpath={.items[*].status.phase}").split()
+            if len(phases) == args.backends and all(p == "Ready" for p in phases):
+                break
+            time.sleep(2)
+        print(f">> all {args.backends} Ready {total + time.monotonic() - t0:.0f} s after the first create")
+        time.sleep(5)
         writes = audit_writes(since)
         print(f"apply-to-Deployment latency: p50 {pct(latencies, 0.5) * 1000:.0f} ms, "
               f"p99 {pct(latencies, 0.99) * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms, "
