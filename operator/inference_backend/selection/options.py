@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.catalog import CATALOG, PROFILES, gpu_speed
@@ -110,6 +112,27 @@ def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, place
     return Option(engine, placement, fit, kv_token, dtype, speculate, ttft, tps, seqs, tuple(misses))
 
 
+def _first_fit(fit: Callable[[float], Fit], weights: float, draft: float | None) -> tuple[bool | None, Fit]:
+    """Fit with the draft's weights when there is a draft, else (or if that fails) without it.
+
+    Returns (speculate, fit) when one fits, else (None, the fit of the target alone).
+    """
+    if draft is not None:
+        with_draft = fit(weights + draft)
+        if with_draft.fits:
+            return True, with_draft
+    alone = fit(weights)
+    return (False, alone) if alone.fits else (None, alone)
+
+
+def _nearer(closest: tuple[float, str] | None, fit: Fit, where: str, fraction: float) -> tuple[float, str]:
+    """The nearer of two misses, as (shortfall, message)."""
+    short = fit.required - fit.available
+    if closest is not None and closest[0] <= short:
+        return closest
+    return short, f"needs {gib(fit.required)} GiB{where} {gib(fit.available)} GiB at memoryFraction {fraction}"
+
+
 def engine_options(
     engine: str,
     spec: InferenceBackendSpec,
@@ -139,16 +162,15 @@ def engine_options(
             widths = tensor_parallel_options(gpu.count, gpu.mig) if caps.multi_gpu else [1]
             for tp in widths:
                 placement = Placement("gpu", usable.hardware, usable.nodes, gpu, tp)
-                tries = [(weights + model_bytes(draft, dtype), True)] if draft is not None else []
-                for total, speculate in [*tries, (weights, False)]:
-                    fit = gpu_fit(total, min_kv, gpu.memory_mib * MIB, fraction, tp)
-                    if fit.fits:
-                        options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, speculate))
-                        break
-                    short = fit.required - fit.available
-                    if closest is None or short < closest[0]:
-                        closest = (short, f"needs {gib(fit.required)} GiB per replica; {tp}x {gpu.product} offers "
-                                          f"{gib(fit.available)} GiB at memoryFraction {fraction}")  # fmt: skip
+                draft_bytes = model_bytes(draft, dtype) if draft is not None else None
+                fit_gpu = partial(
+                    gpu_fit, min_kv=min_kv, memory_per_gpu=gpu.memory_mib * MIB, fraction=fraction, gpus=tp
+                )
+                found, fit = _first_fit(fit_gpu, weights, draft_bytes)
+                if found is not None:
+                    options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, found))
+                else:
+                    closest = _nearer(closest, fit, f" per replica; {tp}x {gpu.product} offers", fraction)
     if not caps.gpu_required:
         for usable in cpu_classes:
             hw = usable.hardware
@@ -156,16 +178,15 @@ def engine_options(
             weights = model_bytes(model, dtype)
             kv_token = kv_per_token(engine, model, dtype, spec.kv_cache.dtype)
             placement = Placement("cpu", hw, usable.nodes)
-            tries = [(weights + model_bytes(draft, draft.dtype), True)] if draft is not None else []
-            for total, speculate in [*tries, (weights, False)]:
-                fit = cpu_fit(total, kv_token * model.context_length, hw.memory_bytes, fraction)
-                if fit.fits:
-                    options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, speculate))
-                    break
-                short = fit.required - fit.available
-                if closest is None or short < closest[0]:
-                    closest = (short, f"needs {gib(fit.required)} GiB; the CPU node offers {gib(fit.available)} GiB "
-                                      f"at memoryFraction {fraction}")  # fmt: skip
+            draft_bytes = model_bytes(draft, draft.dtype) if draft is not None else None
+            fit_cpu = partial(
+                cpu_fit, min_kv=kv_token * model.context_length, node_memory=hw.memory_bytes, fraction=fraction
+            )
+            found, fit = _first_fit(fit_cpu, weights, draft_bytes)
+            if found is not None:
+                options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, found))
+            else:
+                closest = _nearer(closest, fit, "; the CPU node offers", fraction)
     if options:
         return options, ""
     if closest is not None:
