@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,6 +23,7 @@ from inference_backend.runners.common import errors
 from inference_backend.runners.common.engine import GenRequest, QueueFull, SamplingParams, TokenEvent
 from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.protocol import ChatCompletionRequest, CompletionRequest, _Base
+from inference_backend.runners.common.scheduler import Scheduler
 from inference_backend.runners.common.textstream import TextStream
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,30 @@ class Loaded:
     engine: Any  # has submit(GenRequest) (raises QueueFull) and shutdown()
     tokenizer: Any
     max_model_len: int
+
+
+def start_scheduler(backend: Any, args: Any, tokenizer: Any, *, kv_budget: int, max_model_len: int,
+                    eos_token_ids: set[int], metrics: Metrics) -> Loaded:  # fmt: skip
+    """The scheduler both runners put in front of their backend, configured from the shared flags, started."""
+    sched = Scheduler(
+        backend,
+        policy=args.batching,
+        max_batch_size=args.max_batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        kv_capacity_tokens=kv_budget,
+        max_model_len=max_model_len,
+        eos_token_ids=eos_token_ids,
+        metrics=metrics,
+    )
+    sched.start()
+    return Loaded(sched, tokenizer, max_model_len)
+
+
+def served_name(args: Any) -> str:
+    """--served-model-name, or the model directory's name."""
+    return str(args.served_model_name or Path(args.model).name)
 
 
 @dataclass

@@ -14,8 +14,7 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 from inference_backend.runners.common.memory import host_memory_bytes, kv_budget_tokens, kv_bytes_per_token
 from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
-from inference_backend.runners.common.scheduler import Scheduler
-from inference_backend.runners.common.server import Loaded
+from inference_backend.runners.common.server import Loaded, start_scheduler
 from inference_backend.runners.onnx.backend import OnnxBackend, slice_kv
 
 log = logging.getLogger(__name__)
@@ -84,21 +83,5 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     if tokenizer.eos_token_id is not None:
         eos_ids.add(tokenizer.eos_token_id)
     backend = OnnxBackend(session, meta["num_layers"], meta["kv_heads"], meta["head_dim"], kv_dtype, prefix)
-    sched = Scheduler(
-        backend,
-        policy=args.batching,
-        max_batch_size=args.max_batch_size,
-        max_batch_tokens=args.max_batch_tokens,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-        kv_capacity_tokens=budget,
-        max_model_len=max_len,
-        eos_token_ids=eos_ids,
-        metrics=metrics,
-    )
-    sched.start()
-    return Loaded(sched, tokenizer, max_len)
-
-
-def served_name(args: Any) -> str:
-    return args.served_model_name or Path(args.model).name
+    return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos_ids,
+                           metrics=metrics)  # fmt: skip
