@@ -11,7 +11,7 @@ from typing import Any
 
 from factories import MODELS, node
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, Child, World, reconcile
+from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
 
 
 class Recorder:
@@ -97,3 +97,33 @@ def test_unsatisfiable_update_keeps_the_deployment() -> None:
     assert again.applied == [], "nothing is applied for a spec that cannot be served"
     assert out.status["phase"] == "Degraded" and out.status["backend"] == "vllm"
     assert out.status["readyReplicas"] == 1
+
+
+def test_plan_is_reused_while_its_inputs_are_unchanged() -> None:
+    """With versions (as the operator passes them), a reconcile triggered by a child's status reuses the last
+    selection and rendering; a new node or Model version, or a new generation, selects again."""
+    rec, recent = Recorder(), Recent()
+    b = body({"model": {"modelRef": "llama-3-1-8b"}})
+    w = world()
+    versioned = World(w.node_classes, w.models, w.children, version=(1, 1))
+    asyncio.run(reconcile(b, versioned, rec, "test", recent))  # type: ignore[arg-type]
+    # the second sees its own status (the placement now serving is kept): one more selection, then reuse
+    asyncio.run(reconcile(b, versioned, rec, "test", recent))  # type: ignore[arg-type]
+    first = recent.plans[("ns", "chat")]
+    assert first.key[4] is not None
+    asyncio.run(reconcile(b, versioned, rec, "test", recent))  # type: ignore[arg-type]
+    assert recent.plans[("ns", "chat")] is first
+    moved = World(w.node_classes, w.models, w.children, version=(2, 1))
+    asyncio.run(reconcile(b, moved, rec, "test", recent))  # type: ignore[arg-type]
+    assert recent.plans[("ns", "chat")] is not first
+    assert recent.plans[("ns", "chat")].manifests == first.manifests
+    newer = body({"model": {"modelRef": "llama-3-2-1b"}}, generation=2)
+    asyncio.run(reconcile(newer, moved, rec, "test", recent))  # type: ignore[arg-type]
+    assert recent.plans[("ns", "chat")].decision.backend == "vllm"
+    assert recent.plans[("ns", "chat")].manifests != first.manifests
+
+
+def test_no_plan_is_kept_without_versions() -> None:
+    recent = Recent()
+    asyncio.run(reconcile(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), Recorder(), "test", recent))  # type: ignore[arg-type]
+    assert recent.plans == {}

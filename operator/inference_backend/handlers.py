@@ -37,6 +37,11 @@ PENDING: dict[str | None, asyncio.Task[None] | None] = {}
 NODE_CLASSES: dict[str, Any] = {}
 RETRIES: dict[tuple[str, str], int] = {}
 BACKENDS: dict[str, Any] = {}
+VERSIONS = {"nodes": 0, "models": 0}
+"""Bumped on every change of a node's hardware class (or a node leaving) and of any Model: the reconcile reuses its
+last selection while both are unchanged, and the grouped cluster view is rebuilt only when the nodes' version moves."""
+INDEXED_CLASSES: dict[str, Any] = {}
+GROUPED: dict[str, Any] = {"version": -1, "value": {}}
 log = logging.getLogger(__name__)
 
 
@@ -55,12 +60,16 @@ async def close(**_: Any) -> None:
 @kopf.index("", "v1", "nodes")
 def node_classes(body: kopf.Body, **_: Any) -> dict[Any, str]:
     name, cls = hardware_class(body)
+    if INDEXED_CLASSES.get(name) != cls:
+        INDEXED_CLASSES[name] = cls
+        VERSIONS["nodes"] += 1
     return {cls: name}
 
 
 @kopf.index(GROUP, VERSION, "models")
 def models(body: kopf.Body, **_: Any) -> dict[str, tuple[str, ModelSpec | None]]:
     """namespace -> (name, spec); validated once here, not on every reconcile (None when invalid)."""
+    VERSIONS["models"] += 1
     try:
         spec: ModelSpec | None = ModelSpec.model_validate(dict(body.get("spec") or {}))
     except ValueError:
@@ -124,10 +133,15 @@ class Children(Mapping[tuple[str, str, str], Child]):
 
 def world(node_classes: kopf.Index[Any, str], models: kopf.Index[Any, Any], deployments: kopf.Index[Any, Child],
           services: kopf.Index[Any, Child], pdbs: kopf.Index[Any, Child]) -> World:  # fmt: skip
-    classes = {cls: tuple(node_classes[cls]) for cls in node_classes}
-    metrics.NODE_CLASSES.labels("gpu").set(sum(1 for c in classes if c.has_gpu))
-    metrics.NODE_CLASSES.labels("cpu").set(sum(1 for c in classes if not c.has_gpu))
-    return World(classes, models, Children(deployments, services, pdbs))
+    if GROUPED["version"] != VERSIONS["nodes"]:
+        nodes_version = VERSIONS["nodes"]  # read first: a bump while grouping rebuilds again next time
+        classes = {cls: tuple(sorted(node_classes[cls])) for cls in node_classes}
+        GROUPED.update(version=nodes_version, value=classes)
+        metrics.NODE_CLASSES.labels("gpu").set(sum(1 for c in classes if c.has_gpu))
+        metrics.NODE_CLASSES.labels("cpu").set(sum(1 for c in classes if not c.has_gpu))
+    grouped = GROUPED["value"]
+    version = (GROUPED["version"], VERSIONS["models"])
+    return World(grouped, models, Children(deployments, services, pdbs), version=version, grouped=grouped)
 
 
 async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
@@ -254,6 +268,8 @@ async def on_node(body: kopf.Body, type: str, **kwargs: Any) -> None:
     before = NODE_CLASSES.get(name)
     if type == "DELETED":
         NODE_CLASSES.pop(name, None)
+        INDEXED_CLASSES.pop(name, None)
+        VERSIONS["nodes"] += 1
     else:
         NODE_CLASSES[name] = cls
     if before is not None and (type == "DELETED" or before != cls):
@@ -262,5 +278,7 @@ async def on_node(body: kopf.Body, type: str, **kwargs: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, "models")
 async def on_model(body: kopf.Body, type: str, **kwargs: Any) -> None:
+    if type == "DELETED":
+        VERSIONS["models"] += 1
     if type is not None:  # None is the initial listing, already handled by resume
         _reconcile_all_soon("model", kwargs, body["metadata"]["namespace"])

@@ -50,8 +50,15 @@ class World:
     """namespace -> (name, spec) of its Models (None when a Model is invalid)."""
     children: Mapping[tuple[str, str, str], Child]
     """(namespace, name, kind) -> what we know of a child we applied."""
+    version: tuple[int, int] | None = None
+    """Versions of the node classes and of the Models, bumped by the operator on every change of either. When set,
+    a reconcile reuses the selection and rendering of the last one with the same inputs (see :class:`Plan`)."""
+    grouped: dict[HardwareClass, tuple[str, ...]] | None = None
+    """``node_classes`` with sorted names, when the caller keeps them (cached per node-class version)."""
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
+        if self.grouped is not None:
+            return self.grouped
         return {cls: tuple(sorted(names)) for cls, names in self.node_classes.items()}
 
     def registry(self, namespace: str) -> dict[str, ModelSpec]:
@@ -74,6 +81,20 @@ class World:
         return used
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The pure part of a reconcile (validate, select, render, hash), kept per InferenceBackend and reused while its
+    inputs are unchanged: most reconciles are triggered by a child's status and need only the status computed."""
+
+    key: tuple[Any, ...]
+    decision: Decision | None
+    error: str | None
+    replicas: int
+    manifests: tuple[tuple[dict[str, Any], str], ...]
+    """Each rendered manifest with its content hash."""
+    spec_hash: str | None
+
+
 @dataclass
 class Recent:
     """What this process wrote lately. The indexes are fed by watches and lag our own writes by milliseconds; until
@@ -83,6 +104,7 @@ class Recent:
     ttl: float = 15.0
     applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
     statuses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    plans: dict[tuple[str, str], Plan] = field(default_factory=dict)
 
     def applied_lately(self, key: tuple[str, str, str], wanted: str) -> bool:
         entry = self.applied.get(key)
@@ -141,34 +163,56 @@ async def reconcile(
     return outcome
 
 
-async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent, trigger: str) -> Outcome:
+def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], recent: Recent) -> Plan:
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
-    previous = recent.previous_status((namespace, name), _user_status(body))
+    keep = _current(previous, generation)
+    gpus = world.gpus_in_use((namespace, name))
+    key = (world.version, meta.get("uid"), generation, json.dumps(body.get("spec"), sort_keys=True), keep,
+           tuple(sorted(gpus.items())))  # fmt: skip
+    cached = recent.plans.get((namespace, name))
+    if world.version is not None and cached is not None and cached.key == key:
+        return cached
     decision: Decision | None = None
     error: str | None = None
+    replicas = 1
+    manifests: list[tuple[dict[str, Any], str]] = []
+    spec_hash = None
     try:
         ib = InferenceBackend.model_validate(
             {"apiVersion": body.get("apiVersion"), "kind": "InferenceBackend",
              "metadata": {"name": name, "namespace": namespace}, "spec": body.get("spec") or {}}
         )  # fmt: skip
-        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=_current(previous, generation),
-                          gpus_in_use=world.gpus_in_use((namespace, name)))  # fmt: skip
+        replicas = ib.spec.replicas
+        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=keep, gpus_in_use=gpus)
     except ValidationError as exc:
         error = explain(exc)
-        metrics.ERRORS.labels("invalid_spec").inc()
     except InvalidSpec as exc:
         error = str(exc)
+    if decision is not None and decision.satisfiable:
+        for manifest in render(ib, decision):
+            if manifest["kind"] == "Deployment":
+                spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
+            manifests.append((manifest, content_hash(manifest)))
+    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash)
+    if world.version is not None:
+        recent.plans[(namespace, name)] = plan
+    return plan
+
+
+async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent, trigger: str) -> Outcome:
+    meta = body["metadata"]
+    namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
+    previous = recent.previous_status((namespace, name), _user_status(body))
+    plan = _plan(body, world, previous, recent)
+    decision, error = plan.decision, plan.error
+    if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
     applied = 0
-    spec_hash = None
     if decision is not None and decision.satisfiable:
         metrics.DECISIONS.labels(decision.backend).inc()
-        for manifest in render(ib, decision):
+        for manifest, wanted in plan.manifests:
             kind, child_name = manifest["kind"], manifest["metadata"]["name"]
-            if kind == "Deployment":
-                spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
-            wanted = content_hash(manifest)
             key = (namespace, child_name, kind)
             child = world.children.get(key)
             if (child is not None and child.applied_hash == wanted) or recent.applied_lately(key, wanted):
@@ -185,10 +229,10 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     observed = status.Observed.from_deployment(deployment.body if deployment else None)
     if observed is None and decision is not None and decision.satisfiable:
         # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
-        observed = status.Observed(replicas=ib.spec.replicas, ready_replicas=0, available=False)
+        observed = status.Observed(replicas=plan.replicas, ready_replicas=0, available=False)
     new = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
-        endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=spec_hash,
+        endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
     )  # fmt: skip
     written = False
     if status.changed(previous, new):
