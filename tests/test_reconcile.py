@@ -127,3 +127,21 @@ def test_no_plan_is_kept_without_versions() -> None:
     recent = Recent()
     asyncio.run(reconcile(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), Recorder(), "test", recent))  # type: ignore[arg-type]
     assert recent.plans == {}
+
+
+def test_gpus_in_use_sums_the_other_deployments() -> None:
+    def dep(product: str | None, gpus: int, replicas: int) -> Child:
+        selector = {"nvidia.com/gpu.product": product} if product else {}
+        pod = {"nodeSelector": selector, "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+        return Child("h", {"spec": {"replicas": replicas, "template": {"spec": pod}}})
+
+    children = {
+        ("ns", "a", "Deployment"): dep("NVIDIA-L4", 2, 2),
+        ("ns", "b", "Deployment"): dep("NVIDIA-L4", 1, 1),
+        ("ns", "c", "Deployment"): dep(None, 0, 3),
+        ("ns", "a", "Service"): Child("h", {}),
+        ("ns", "self", "Deployment"): dep("NVIDIA-H100-80GB-HBM3", 8, 1),
+    }
+    w = World({}, {}, children)
+    assert w.gpus_in_use(("ns", "self")) == {"NVIDIA-L4": 5}
+    assert w.gpus_in_use(("ns", "b")) == {"NVIDIA-L4": 4, "NVIDIA-H100-80GB-HBM3": 8}

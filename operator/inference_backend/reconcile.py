@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,6 +40,18 @@ class Child:
 
     applied_hash: str | None
     body: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def gpus(self) -> tuple[str, int] | None:
+        """(GPU product, GPUs over all replicas) a Deployment requests; None when it requests none."""
+        spec = self.body.get("spec") or {}
+        pod = (spec.get("template") or {}).get("spec") or {}
+        product = (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+        if not product:
+            return None
+        limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
+        gpus = sum(int(lim.get("nvidia.com/gpu", 0) or 0) for lim in limits)
+        return product, gpus * int(spec.get("replicas", 1) or 0)
 
 
 @dataclass
@@ -68,16 +81,10 @@ class World:
         """GPUs per product requested by the Deployments of the other InferenceBackends."""
         used: dict[str, int] = {}
         for (namespace, name, kind), child in self.children.items():
-            if kind != "Deployment" or (namespace, name) == exclude:
+            if kind != "Deployment" or (namespace, name) == exclude or child.gpus is None:
                 continue
-            spec = child.body.get("spec") or {}
-            pod = (spec.get("template") or {}).get("spec") or {}
-            product = (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
-            if not product:
-                continue
-            limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
-            gpus = sum(int(lim.get("nvidia.com/gpu", 0) or 0) for lim in limits)
-            used[product] = used.get(product, 0) + gpus * int(spec.get("replicas", 1) or 0)
+            product, gpus = child.gpus
+            used[product] = used.get(product, 0) + gpus
         return used
 
 
