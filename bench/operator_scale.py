@@ -1,11 +1,19 @@
-"""The operator at scale on the local control plane: apply-to-Deployment latency, time to reconcile all,
-operator peak memory, and API writes per reconcile and per no-op resync (a restart, whose resume handlers
-reconcile every InferenceBackend again). Prints figures; asserts nothing.
+"""The operator at scale on the local control plane (real kube-apiserver, etcd, controller-manager, scheduler; KWOK
+playing the kubelets): for each node count (ascending, nodes added to one cluster) and each InferenceBackend count,
+a fresh operator process and a fresh namespace:
 
-    make bench-operator BACKENDS=500 NODES=1000
-    # or, on a running local cluster (e2e/up): .venv/bin/python bench/operator_scale.py --backends 500 --nodes 1000
+- apply-to-Deployment latency: from the create of an InferenceBackend to its Deployment appearing (a watch);
+- time to reconcile all: first create to last Deployment, and to every status naming its backend;
+- operator peak memory (VmHWM);
+- API requests of the operator (its ServiceAccount, from the API server's audit log, reads included when e2e/up
+  ran with E2E_AUDIT_READS=1), per InferenceBackend and per reconcile (the operator's own reconcile counter);
+- a no-op resync: the operator restarted, every InferenceBackend resumed and reconciled again; its API writes.
 
-Writes are counted from the API server's audit log, for the operator's ServiceAccount only.
+Prints a table and writes JSON (plot it with bench/plot_operator_scale.py). Asserts nothing.
+
+    make bench-operator                       # the full grid, fresh cluster, JSON + PNG in bench/results/
+    make bench-operator BACKENDS=40 NODES=100 # one quick point
+    # or, on a running cluster (e2e/up): .venv/bin/python bench/operator_scale.py --backends 100 --nodes 100
 """
 
 from __future__ import annotations
@@ -14,24 +22,32 @@ import argparse
 import asyncio
 import json
 import os
+import platform
 import signal
-import statistics
 import subprocess
 import sys
 import time
+import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
-from lightkube import AsyncClient
+from lightkube import AsyncClient, codecs
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Node
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "e2e" / "nodes"))
+import generate  # noqa: E402  (e2e/nodes/generate.py: the fake node classes, one place)
+
 E2E_DIR = Path(os.environ.get("E2E_DIR", "/tmp/ib-e2e"))
-NS = "scale"
+SA_USER = "system:serviceaccount:ib-system:ib-inference-backend"
 IB = create_namespaced_resource("serving.inferencebackend.io", "v1alpha1", "InferenceBackend", "inferencebackends")
 KWOK = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+CLASSES = ("h100x8", "l4", "a10g", "cpu")
 SPECS = [  # a mix of engines and placements
     {"model": {"modelRef": "llama-3-1-8b"}},
     {"model": {"modelRef": "llama-3-2-3b-gguf"}, "hardware": {"accelerator": "cpu"}},
@@ -39,6 +55,7 @@ SPECS = [  # a mix of engines and placements
     {"backend": "tgi", "model": {"uri": "hf://mistralai/Mistral-7B-Instruct-v0.3", "parameters": "7.25B",
                                   "contextLength": 4096}},
 ]  # fmt: skip
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
 def sh(*cmd: str, stdin: str | None = None) -> str:
@@ -49,8 +66,86 @@ def tool(name: str) -> str:
     return str(E2E_DIR / "bin" / name)
 
 
+def log(msg: str) -> None:
+    print(f">> [{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Audit:
+    """The API server's audit log (JSON lines), read from an offset: requests by the operator's ServiceAccount."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size
+
+    def since_mark(self) -> list[dict[str, Any]]:
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        out = []
+        for line in data.splitlines():
+            ev = json.loads(line)
+            if ev.get("stage") != "ResponseComplete" or ev.get("user", {}).get("username") != SA_USER:
+                continue
+            if (ev.get("objectRef") or {}).get("resource") in ("clusterkopfpeerings", "kopfpeerings"):
+                continue
+            out.append(ev)
+        return out
+
+
+class Operator:
+    """`inference-backend operator` as a subprocess with the chart's ServiceAccount token."""
+
+    def __init__(self, kubeconfig: str, metrics_port: int) -> None:
+        self.port = metrics_port
+        env = {**os.environ, "KUBECONFIG": kubeconfig}
+        logf = (E2E_DIR / "logs" / "bench-operator.log").open("ab")
+        level = os.environ.get("IB_BENCH_LOG_LEVEL", "warning")
+        cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
+               "--metrics-port", str(metrics_port), "--log-level", level]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
+
+    def metrics(self) -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("inference_backend_"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def reconciles(self) -> int:
+        return int(sum(v for k, v in self.metrics().items() if k.startswith("inference_backend_reconciles_total")))
+
+    def wait_up(self, timeout: float = 60) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                self.metrics()
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("the operator's metrics endpoint did not come up; see logs/bench-operator.log")
+
+    def peak_rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
 def sa_kubeconfig() -> str:
-    token = sh(tool("kubectl"), "create", "token", "ib-inference-backend", "-n", "ib-system", "--duration=4h").strip()
+    token = sh(tool("kubectl"), "create", "token", "ib-inference-backend", "-n", "ib-system", "--duration=8h").strip()
     config = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
     config["users"] = [{"name": "operator", "user": {"token": token}}]
     config["contexts"] = [{"name": "operator", "context": {"cluster": config["clusters"][0]["name"],
@@ -61,49 +156,56 @@ def sa_kubeconfig() -> str:
     return str(path)
 
 
-def start_operator(kubeconfig: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "KUBECONFIG": kubeconfig}
-    log = (E2E_DIR / "logs" / "bench-operator.log").open("ab")
-    cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces", "--metrics-port", "0",
-           "--log-level", os.environ.get("IB_BENCH_LOG_LEVEL", "warning")]  # fmt: skip
-    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+def fake_nodes(count: int) -> list[dict[str, Any]]:
+    return [generate.node(CLASSES[i % len(CLASSES)], f"scale-{i:05d}") for i in range(count)]
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+async def add_nodes(count: int, parallel: int = 16) -> float:
+    """Server-side apply nodes scale-00000.. up to ``count``; wait until all are Ready. Returns the seconds taken."""
+    client = AsyncClient(field_manager="bench")
+    t0 = time.monotonic()
+    have = {n.metadata.name async for n in client.list(Node, labels={"type": "kwok"})}
+    todo = [n for n in fake_nodes(count) if n["metadata"]["name"] not in have]
+    sem = asyncio.Semaphore(parallel)
+
+    async def apply(doc: dict[str, Any]) -> None:
+        async with sem:
+            for attempt in range(5):
+                try:
+                    await client.apply(codecs.from_dict(doc), field_manager="bench")
+                    return
+                except ApiError:
+                    await asyncio.sleep(1 + attempt)
+            raise RuntimeError(f"could not create node {doc['metadata']['name']}")
+
+    await asyncio.gather(*(apply(n) for n in todo))
+    log(f"{len(todo)} nodes applied in {time.monotonic() - t0:.0f} s; waiting for Ready")
+    while True:
+        ready = 0
+        async for n in client.list(Node, labels={"type": "kwok"}):
+            conds = {c.type: c.status for c in (n.status.conditions or [])} if n.status else {}
+            ready += conds.get("Ready") == "True"
+        if ready >= count:
+            break
+        await asyncio.sleep(5)
+    await client.close()
+    return time.monotonic() - t0
 
 
-def audit_writes(since: float) -> list[dict[str, Any]]:
-    out = []
-    for line in (E2E_DIR / "audit.log").read_text().splitlines():
-        ev = json.loads(line)
-        if ev.get("stage") != "ResponseComplete" or ev.get("verb") not in ("create", "update", "patch", "delete"):
-            continue
-        if "system:serviceaccount:ib-system:" not in ev.get("user", {}).get("username", ""):
-            continue
-        if (ev.get("objectRef") or {}).get("resource") in ("clusterkopfpeerings", "kopfpeerings"):
-            continue
-        stamp = ev["requestReceivedTimestamp"]
-        t = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone + float("0" + stamp[19:26])
-        if t >= since:
-            out.append(ev)
-    return out
-
-
-async def apply_and_watch(count: int, rate: float) -> tuple[list[float], float]:
+async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[float], float, float]:
+    """Create ``count`` InferenceBackends at ``rate``/s; latency of each to its Deployment's ADDED event."""
     client = AsyncClient(field_manager="bench")
     created: dict[str, float] = {}
     seen: dict[str, float] = {}
+    done = asyncio.Event()
 
     async def watch() -> None:
-        async for op, dep in client.watch(Deployment, namespace=NS):
+        async for op, dep in client.watch(Deployment, namespace=ns):
             name = dep.metadata.name
-            if op == "ADDED" and name in created and name not in seen:
+            if op == "ADDED" and name not in seen:
                 seen[name] = time.monotonic()
                 if len(seen) == count:
+                    done.set()
                     return
 
     watcher = asyncio.create_task(watch())
@@ -113,73 +215,174 @@ async def apply_and_watch(count: int, rate: float) -> tuple[list[float], float]:
         name = f"ib-{i:05d}"
         spec = json.loads(json.dumps(SPECS[i % len(SPECS)]))
         spec.setdefault("hardware", {})["tolerations"] = [KWOK]
-        obj = IB(metadata={"name": name, "namespace": NS}, spec=spec)
         created[name] = time.monotonic()
-        await client.create(obj)
+        await client.create(IB(metadata={"name": name, "namespace": ns}, spec=spec))
         delay = t0 + (i + 1) / rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-    await asyncio.wait_for(watcher, timeout=600)
+    await asyncio.wait_for(done.wait(), timeout=900)
+    watcher.cancel()
     await client.close()
-    latencies = sorted(seen[n] - created[n] for n in created)
-    return latencies, max(seen.values()) - t0
+    return sorted(seen[n] - created[n] for n in created), t0, max(seen.values())
+
+
+async def wait_statuses(ns: str, count: int, timeout: float = 600) -> tuple[float, int]:
+    """Until every InferenceBackend's status names its backend for its generation; returns (when, Ready count)."""
+    client = AsyncClient()
+    t0 = time.monotonic()
+    while True:
+        settled = ready = 0
+        async for ib in client.list(IB, namespace=ns):
+            st, meta = ib.get("status") or {}, ib["metadata"]
+            settled += bool(st.get("backend")) and st.get("observedGeneration") == meta.get("generation")
+            ready += st.get("phase") == "Ready"
+        if settled >= count or time.monotonic() - t0 > timeout:
+            break
+        await asyncio.sleep(0.5)
+    await client.close()
+    return time.monotonic(), ready
+
+
+async def delete_namespace(ns: str) -> None:
+    client = AsyncClient()
+    try:
+        await client.delete(Namespace, ns)
+        while True:
+            await client.get(Namespace, ns)
+            await asyncio.sleep(2)
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+    finally:
+        await client.close()
 
 
 def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -> dict[str, Any]:
+    ns = f"scale-{nodes}-{backends}"
+    sh(tool("kubectl"), "create", "namespace", ns)
+    models = list(yaml.safe_load_all((ROOT / "docs/examples/models.yaml").read_text()))
+    sh(tool("kubectl"), "apply", "-n", ns, "-f", "-", stdin=yaml.safe_dump_all(models))
+    op = Operator(sa_kubeconfig(), port)
+    try:
+        op.wait_up()
+        time.sleep(3)  # the initial listings (nodes, Models, children) fill the indexes
+        base = op.reconciles()
+        audit.mark()
+        log(f"{nodes} nodes: creating {backends} InferenceBackends at {rate:g}/s")
+        latencies, t0, last_deployment = asyncio.run(create_and_watch(ns, backends, rate))
+        settled, _ = asyncio.run(wait_statuses(ns, backends))
+        time.sleep(10)  # children's status events (replicas, readiness) arrive and are rolled up
+        _, ready = asyncio.run(wait_statuses(ns, backends, timeout=0))
+        events = audit.since_mark()
+        reconciles = op.reconciles() - base
+        writes = [e for e in events if e["verb"] in WRITES]
+        peak = op.peak_rss_mib()
+    finally:
+        op.stop()
+    # the no-op resync: a new operator process resumes every InferenceBackend and finds nothing to change
+    audit.mark()
+    op = Operator(sa_kubeconfig(), port)
+    try:
+        op.wait_up()
+        t0 = time.monotonic()
+        while op.reconciles() < backends and time.monotonic() - t0 < 300:
+            time.sleep(1)
+        time.sleep(10)
+        resync = audit.since_mark()
+        resync_reconciles = op.reconciles()
+        resync_peak = op.peak_rss_mib()
+    finally:
+        op.stop()
+    log(f"deleting namespace {ns}")
+    asyncio.run(delete_namespace(ns))
+    point = {
+        "nodes": nodes, "backends": backends, "ratePerS": rate,
+        "applyToDeploymentMs": {"p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000,
+                                "max": latencies[-1] * 1000, "mean": sum(latencies) / len(latencies) * 1000},
+        "allDeploymentsS": last_deployment - t0, "allStatusesS": settled - t0, "readyBackends": ready,
+        "operatorPeakMiB": max(peak, resync_peak),
+        "reconciles": reconciles,
+        "apiRequests": len(events), "apiWrites": len(writes),
+        "apiRequestsPerBackend": len(events) / backends, "apiWritesPerBackend": len(writes) / backends,
+        "apiRequestsPerReconcile": len(events) / max(reconciles, 1),
+        "writesByResource": _by_resource(writes),
+        "noopResync": {"reconciles": resync_reconciles, "apiWrites": sum(e["verb"] in WRITES for e in resync),
+                       "apiRequests": len(resync), "requestsByVerb": _by_verb(resync)},
+    }  # fmt: skip
+    return point
+
+
+def _by_resource(events: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in events:
+        ref = e.get("objectRef") or {}
+        key = ref.get("resource", "?") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _by_verb(events: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in events:
+        out[e["verb"]] = out.get(e["verb"], 0) + 1
+    return dict(sorted(out.items()))
+
+
+def print_point(p: dict[str, Any]) -> None:
+    lat = p["applyToDeploymentMs"]
+    print(f"   {p['backends']:>5} IB x {p['nodes']:>5} nodes: apply-to-Deployment p50 {lat['p50']:.0f} ms, "
+          f"p99 {lat['p99']:.0f} ms, max {lat['max']:.0f} ms; all Deployments {p['allDeploymentsS']:.1f} s, "
+          f"all statuses {p['allStatusesS']:.1f} s; peak {p['operatorPeakMiB']:.0f} MiB; "
+          f"{p['apiRequestsPerBackend']:.2f} requests/IB ({p['apiWritesPerBackend']:.2f} writes), "
+          f"{p['apiRequestsPerReconcile']:.2f} requests/reconcile; no-op resync: {p['noopResync']['apiWrites']} "
+          f"writes over {p['noopResync']['reconciles']} reconciles", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", type=int, default=500)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--rate", type=float, default=50.0, help="InferenceBackends created per second")
+    parser.add_argument("--backends", default="100,500,1000", help="comma-separated InferenceBackend counts")
+    parser.add_argument("--nodes", default="100,1000,5000", help="comma-separated node counts (ascending)")
+    parser.add_argument("--rate", type=float, default=10.0, help="InferenceBackends created per second")
+    parser.add_argument("--metrics-port", type=int, default=28090)
+    parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
-    kubectl = tool("kubectl")
-    print(f">> {args.nodes} fake nodes")
-    nodes = sh(sys.executable, str(ROOT / "e2e/nodes/generate.py"), str(args.nodes), "--prefix", "scale")
-    sh(kubectl, "apply", "--server-side", "-f", "-", stdin=nodes)
-    t0 = time.monotonic()
-    sh(kubectl, "wait", "--for=condition=Ready", "node", "-l", "type=kwok", "--timeout=600s")
-    print(f">> KWOK made the {args.nodes} nodes Ready in {time.monotonic() - t0:.0f} s")
+    counts = sorted(int(x) for x in args.backends.split(","))
+    node_counts = sorted(int(x) for x in args.nodes.split(","))
     sh(tool("helm"), "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "-n", "ib-system",
-       "--create-namespace", "--reset-values")  # fmt: skip
-    sh(kubectl, "create", "namespace", NS)
-    models = yaml.safe_load_all((ROOT / "docs/examples/models.yaml").read_text())
-    sh(kubectl, "apply", "-n", NS, "-f", "-", stdin=yaml.safe_dump_all(list(models)))
-    op = start_operator(sa_kubeconfig())
-    try:
-        time.sleep(5)
-        since = time.time()
-        print(f">> creating {args.backends} InferenceBackends at {args.rate:.0f}/s")
-        latencies, total = asyncio.run(apply_and_watch(args.backends, args.rate))
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 600:  # until every InferenceBackend reports its Deployment ready
-            phases = sh(kubectl, "get", "ib", "-n", NS, "-o", "jsonpath={.items[*].status.phase}").split()
-            if len(phases) == args.backends and all(p == "Ready" for p in phases):
-                break
-            time.sleep(2)
-        print(f">> all {args.backends} Ready {total + time.monotonic() - t0:.0f} s after the first create")
-        time.sleep(5)
-        writes = audit_writes(since)
-        print(f"apply-to-Deployment latency: p50 {pct(latencies, 0.5) * 1000:.0f} ms, "
-              f"p99 {pct(latencies, 0.99) * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms, "
-              f"mean {statistics.mean(latencies) * 1000:.0f} ms")  # fmt: skip
-        print(f"time to reconcile all {args.backends}: {total:.1f} s (created over {args.backends / args.rate:.1f} s)")
-        print(f"API writes while converging: {len(writes)} ({len(writes) / args.backends:.1f} per InferenceBackend)")
-        print(f"operator peak memory: {peak_rss_mib(op.pid):.0f} MiB")
-        op.send_signal(signal.SIGINT)
-        op.wait(timeout=60)
-        op = start_operator(sa_kubeconfig())
-        since = time.time()
-        time.sleep(max(20, args.backends / 25))
-        noop = audit_writes(since)
-        per = len(noop) / args.backends
-        print(f"no-op resync (restart, every InferenceBackend resumed): {len(noop)} API writes ({per:.3f} per "
-              f"InferenceBackend); peak memory {peak_rss_mib(op.pid):.0f} MiB")  # fmt: skip
-    finally:
-        op.send_signal(signal.SIGINT)
-        op.wait(timeout=60)
+       "--create-namespace", "--reset-values", "--set", "replicas=0")  # fmt: skip
+    audit = Audit(E2E_DIR / "audit.log")
+    started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    points, node_ready = [], {}
+    for n in node_counts:
+        log(f"adding fake nodes up to {n}")
+        node_ready[n] = asyncio.run(add_nodes(n))
+        log(f"{n} nodes Ready ({node_ready[n]:.0f} s)")
+        for b in counts:
+            points.append(run_point(n, b, args.rate, audit, args.metrics_port))
+            print_point(points[-1])
+    result = {
+        "schema": "inference-backend.bench.operator-scale/v1",
+        "started": started, "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()},
+        "auditReads": os.environ.get("E2E_AUDIT_READS") == "1",
+        "nodeReadySeconds": node_ready, "points": points,
+    }  # fmt: skip
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        log(f"wrote {args.out}")
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 if __name__ == "__main__":
