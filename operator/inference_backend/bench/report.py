@@ -67,7 +67,11 @@ def target(kind: str, strategy: object, requests_per_second: float) -> float:
 
 
 def step(kind: str, benchmark: object) -> dict[str, Any]:
-    """One step of bench.json from one entry of guidellm's report `benchmarks`."""
+    """One step of bench.json from one entry of guidellm's report `benchmarks`.
+
+    errorRate is errored / (completed + errored): requests still running when a --seconds step ended are
+    `incomplete` (cancelled by the bound, not failed by the server) and count in neither.
+    """
     metrics = _get(benchmark, "metrics")
     completed = _int(metrics, "request_totals", "successful")
     errored = _int(metrics, "request_totals", "errored")
@@ -81,7 +85,6 @@ def step(kind: str, benchmark: object) -> dict[str, Any]:
         "completed": completed,
         "errored": errored,
         "incomplete": incomplete,
-        "scheduled": _int(benchmark, "scheduler_state", "created_requests"),
         "errorRate": errored / (completed + errored) if completed + errored else 0.0,
         "ttftMs": quantiles(_get(metrics, "time_to_first_token_ms")),
         "itlMs": quantiles(_get(metrics, "inter_token_latency_ms")),
@@ -132,7 +135,8 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-COLUMNS = ("step", "done", "err", "ttft p50", "ttft p99", "itl p50", "itl p99", "lat p50", "out tok/s", "req/s", "s")
+COLUMNS: tuple[str, ...] = ("step", "done", "err", "inc", "ttft p50", "ttft p99", "itl p50", "itl p99", "lat p50")
+COLUMNS += ("out tok/s", "req/s", "s")
 
 
 def summary_table(doc: Mapping[str, Any]) -> str:
@@ -145,6 +149,7 @@ def summary_table(doc: Mapping[str, Any]) -> str:
                 label,
                 str(s["completed"]),
                 f"{s['errored']} ({s['errorRate']:.0%})" if s["errored"] else "0",
+                str(s["incomplete"]),
                 _fmt(s["ttftMs"]["p50"]),
                 _fmt(s["ttftMs"]["p99"]),
                 _fmt(s["itlMs"]["p50"]),
