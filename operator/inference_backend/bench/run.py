@@ -28,39 +28,59 @@ DEPENDENCIES = ("guidellm", "matplotlib")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", required=True, type=config.url, help="base URL of the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="model name sent in each request (the served model name)")
-    p.add_argument("--processor", help="tokenizer (local directory or hub name) for the prompts; default: --model")
+    p.add_argument(
+        "--processor",
+        metavar="TOKENIZER",
+        help="tokenizer (local directory or hub name) for the prompts; default: --model",
+    )
     p.add_argument(
         "--api", choices=tuple(config.API_PATHS), default="completions", help="endpoint (default completions)"
     )
     load = p.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=config.positive_ints, help="concurrency levels, one step each (1,2,4,8)")
-    load.add_argument("--rate", type=config.positive_floats, help="request rates (req/s), one step each: 2,4")
+    load.add_argument(
+        "--concurrency", type=config.positive_ints, metavar="N,N", help="concurrency levels, one step each (1,2,4,8)"
+    )
+    load.add_argument(
+        "--rate", type=config.positive_floats, metavar="R,R", help="request rates (req/s), one step each: 2,4"
+    )
     load.add_argument(
         "--sweep",
         type=config.sweep_size,
         metavar="N",
-        help="guidellm's sweep: synchronous, throughput, then N-2 rates between them",
+        help="guidellm's sweep: synchronous, throughput, then N-2 rates up to the throughput",
     )
     p.add_argument(
         "--rate-type", choices=("constant", "poisson"), default="constant", help="arrivals for --rate/--sweep"
     )
     for name, default in (("prompt", 256), ("output", 128)):
-        p.add_argument(f"--{name}-tokens", type=config.positive_int, default=default, help=f"mean (default {default})")
-        p.add_argument(f"--{name}-stdev", type=config.non_negative_int, default=0, help="standard deviation (0)")
-        p.add_argument(f"--{name}-min", type=config.positive_int, help="lower clip of the distribution")
-        p.add_argument(f"--{name}-max", type=config.positive_int, help="upper clip of the distribution")
+        p.add_argument(
+            f"--{name}-tokens", type=config.positive_int, default=default, metavar="N", help=f"mean (default {default})"
+        )
+        p.add_argument(
+            f"--{name}-stdev", type=config.non_negative_int, default=0, metavar="N", help="standard deviation (0)"
+        )
+        p.add_argument(f"--{name}-min", type=config.positive_int, metavar="N", help="lower clip of the distribution")
+        p.add_argument(f"--{name}-max", type=config.positive_int, metavar="N", help="upper clip of the distribution")
     p.add_argument(
         "--requests",
         type=config.positive_int,
+        metavar="N",
         help=f"requests per step (default {config.DEFAULT_REQUESTS} unless --seconds is given)",
     )
-    p.add_argument("--seconds", type=config.positive_float, help="seconds per step (with --requests: first reached)")
     p.add_argument(
-        "--extra-body", type=config.json_object, help="JSON merged into each request: '{\"ignore_eos\": true}'"
+        "--seconds", type=config.positive_float, metavar="S", help="seconds per step (with --requests: first reached)"
     )
-    p.add_argument("--seed", type=int, default=42, help="seed of the synthetic prompts (42)")
-    p.add_argument("--timeout", type=config.positive_float, help="per-request read timeout in seconds (none)")
-    p.add_argument("--out", type=Path, help="output directory (default bench-results/<timestamp>)")
+    p.add_argument(
+        "--extra-body",
+        type=config.json_object,
+        metavar="JSON",
+        help="JSON merged into each request: '{\"ignore_eos\": true}'",
+    )
+    p.add_argument("--seed", type=int, default=42, metavar="N", help="seed of the synthetic prompts (42)")
+    p.add_argument(
+        "--timeout", type=config.positive_float, metavar="S", help="per-request read timeout in seconds (none)"
+    )
+    p.add_argument("--out", type=Path, metavar="DIR", help="output directory (default bench-results/<timestamp>)")
     p.add_argument("--no-progress", action="store_true", help="no live display; guidellm's output goes to guidellm.log")
 
 
