@@ -1,5 +1,7 @@
 """The ``inference-backend`` command: offline ``select`` and ``render`` for GitOps pre-merge checks and tests.
 
+Also ``fetch`` (model weights), ``bench`` (load test of a served model, see docs/bench.md) and ``operator``.
+
 Exit status: 0 when every input is satisfiable, 3 when one is not, 2 for invalid input (the message names the
 field; no traceback).
 """
@@ -12,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from inference_backend.api import InferenceBackend
+from inference_backend.bench.run import add_arguments as add_bench_arguments
 from inference_backend.facts import group_nodes
 from inference_backend.manifests import ManifestError, load, registry
 from inference_backend.selection import Decision, InvalidSpec, select
@@ -115,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     fet.add_argument("uri", help="a file or a prefix: s3://bucket/key, gs://bucket/prefix/, hf://org/repo")
     fet.add_argument("dir", help="destination directory (created if missing)")
     fet.set_defaults(func=cmd_fetch)
+    ben = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint with guidellm (JSON, PNG, table)")
+    add_bench_arguments(ben)
+    ben.set_defaults(func=cmd_bench)
     op = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     op.set_defaults(func=cmd_operator)
     try:
@@ -123,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         return parser
     add_arguments(op)
     return parser
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from inference_backend.bench.run import run as run_bench
+
+    return run_bench(args)
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -134,6 +146,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.func(args))
     except (ManifestError, OSError) as exc:
