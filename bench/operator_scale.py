@@ -288,8 +288,8 @@ def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -
     op = Operator(sa_kubeconfig(), port)
     try:
         op.wait_up()
-        t0 = time.monotonic()
-        while op.reconciles() < backends and time.monotonic() - t0 < 300:
+        resumed = time.monotonic()
+        while op.reconciles() < backends and time.monotonic() - resumed < 300:
             time.sleep(1)
         time.sleep(10)
         resync = audit.since_mark()
