@@ -1,7 +1,7 @@
 """Thin kopf handlers: indexes feed the reconcile; every trigger runs the same level-triggered reconcile.
 
-- nodes are indexed by hardware class (no LIST per reconcile), Models by (namespace, name), and the children we
-  own by (namespace, name, kind) with their applied hash;
+- nodes are grouped by hardware class by one watch (nodewatch: a kopf index would cost O(nodes^2) at startup),
+  Models are indexed by namespace, and the children we own by (namespace, name, kind) with their applied hash;
 - create/update/resume of an InferenceBackend, events of the children we own (readiness roll-up, drift), of
   nodes whose hardware class changes and of Models all call :func:`inference_backend.reconcile.reconcile`.
 
@@ -12,6 +12,7 @@ finalizer would keep InferenceBackends from being deleted whenever the operator 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -22,8 +23,8 @@ import kopf
 from inference_backend import metrics
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
-from inference_backend.facts import hardware_class
 from inference_backend.kube import Kube
+from inference_backend.nodewatch import NodeClasses
 from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
 from inference_backend.render import MANAGED_BY
 
@@ -34,14 +35,15 @@ KUBE = Kube()
 RECENT = Recent()
 LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 PENDING: dict[str | None, asyncio.Task[None] | None] = {}
-NODE_CLASSES: dict[str, Any] = {}
 RETRIES: dict[tuple[str, str], int] = {}
 BACKENDS: dict[str, Any] = {}
-VERSIONS = {"nodes": 0, "models": 0}
-"""Bumped on every change of a node's hardware class (or a node leaving) and of any Model: the reconcile reuses its
-last selection while both are unchanged, and the grouped cluster view is rebuilt only when the nodes' version moves."""
-INDEXED_CLASSES: dict[str, Any] = {}
-GROUPED: dict[str, Any] = {"version": -1, "value": {}}
+NODES = NodeClasses()
+VERSIONS = {"models": 0}
+"""Bumped on every Model event: with the nodes' version it keys the reuse of a backend's last selection."""
+LAST_KWARGS: dict[str, Any] = {}
+"""The indexes as kopf passes them to handlers, and (under "context") a handler's context, for node-triggered
+reconciles: kopf's event posting needs the context variables it sets for its handlers."""
+TASKS: dict[str, asyncio.Task[None]] = {}
 log = logging.getLogger(__name__)
 
 
@@ -54,16 +56,21 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def close(**_: Any) -> None:
+    for task in TASKS.values():
+        task.cancel()
     await KUBE.close()
 
 
-@kopf.index("", "v1", "nodes")
-def node_classes(body: kopf.Body, **_: Any) -> dict[Any, str]:
-    name, cls = hardware_class(body)
-    if INDEXED_CLASSES.get(name) != cls:
-        INDEXED_CLASSES[name] = cls
-        VERSIONS["nodes"] += 1
-    return {cls: name}
+@kopf.on.startup()
+async def watch_nodes(**_: Any) -> None:
+    """One list-then-watch of the nodes for the whole process (see nodewatch: why not a kopf index)."""
+
+    def changed() -> None:
+        if LAST_KWARGS:
+            kwargs = dict(LAST_KWARGS)
+            kwargs.pop("context").run(_reconcile_all_soon, "node", kwargs)
+
+    TASKS["nodes"] = asyncio.get_running_loop().create_task(NODES.run(KUBE.client, changed))
 
 
 @kopf.index(GROUP, VERSION, "models")
@@ -139,16 +146,10 @@ class Children(Mapping[tuple[str, str, str], Child]):
                     break
 
 
-def world(node_classes: kopf.Index[Any, str], models: kopf.Index[Any, Any], deployments: kopf.Index[Any, Child],
-          services: kopf.Index[Any, Child], pdbs: kopf.Index[Any, Child]) -> World:  # fmt: skip
-    if GROUPED["version"] != VERSIONS["nodes"]:
-        nodes_version = VERSIONS["nodes"]  # read first: a bump while grouping rebuilds again next time
-        classes = {cls: tuple(sorted(node_classes[cls])) for cls in node_classes}
-        GROUPED.update(version=nodes_version, value=classes)
-        metrics.NODE_CLASSES.labels("gpu").set(sum(1 for c in classes if c.has_gpu))
-        metrics.NODE_CLASSES.labels("cpu").set(sum(1 for c in classes if not c.has_gpu))
-    grouped = GROUPED["value"]
-    version = (GROUPED["version"], VERSIONS["models"])
+def world(models: kopf.Index[Any, Any], deployments: kopf.Index[Any, Child], services: kopf.Index[Any, Child],
+          pdbs: kopf.Index[Any, Child]) -> World:  # fmt: skip
+    grouped = NODES.grouped()
+    version = (NODES.version, VERSIONS["models"])
     return World(grouped, models, Children(deployments, services, pdbs), version=version, grouped=grouped)
 
 
@@ -158,6 +159,7 @@ async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
         return  # being deleted: the garbage collector removes the children
     key = (meta["namespace"], meta["name"])
     try:
+        await NODES.ready.wait()  # the first node listing is in
         async with LOCKS.setdefault(key, asyncio.Lock()):
             before = _placement(RECENT.statuses.get(key) or body.get("status") or {})
             outcome = await reconcile(body, world(**indexes), KUBE, trigger, RECENT)
@@ -203,11 +205,13 @@ def _retry_later(key: tuple[str, str], indexes: dict[str, Any], exc: Exception) 
     asyncio.get_running_loop().create_task(later())
 
 
-_INDEXES = ("node_classes", "models", "deployments", "services", "pdbs")
+_INDEXES = ("models", "deployments", "services", "pdbs")
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     BACKENDS.setdefault("index", kwargs["backends"])
+    if not LAST_KWARGS:
+        LAST_KWARGS.update({k: kwargs[k] for k in (*_INDEXES, "backends")}, context=contextvars.copy_context())
     return {k: kwargs[k] for k in _INDEXES}
 
 
@@ -267,21 +271,6 @@ def _reconcile_all_soon(trigger: str, kwargs: dict[str, Any], namespace: str | N
                     await _run(ib, trigger, **indexes)
 
     PENDING[namespace] = asyncio.get_running_loop().create_task(later())
-
-
-@kopf.on.event("", "v1", "nodes")
-async def on_node(body: kopf.Body, type: str, **kwargs: Any) -> None:
-    """A node whose hardware class changed (or that left) may invalidate placements: select again."""
-    name, cls = hardware_class(body)
-    before = NODE_CLASSES.get(name)
-    if type == "DELETED":
-        NODE_CLASSES.pop(name, None)
-        INDEXED_CLASSES.pop(name, None)
-        VERSIONS["nodes"] += 1
-    else:
-        NODE_CLASSES[name] = cls
-    if before is not None and (type == "DELETED" or before != cls):
-        _reconcile_all_soon("node", kwargs)
 
 
 @kopf.on.event(GROUP, VERSION, "models")
