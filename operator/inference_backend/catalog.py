@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference_backend.api.common import GGUF_QUANTIZATIONS
+from inference_backend.profiles_measured import MEASURED_CPU
 
 ENGINES = ("vllm", "tgi", "llamacpp", "onnxruntime", "pytorch")
 
@@ -78,26 +79,28 @@ class Profile:
     bytes_per_param: float
     """Weight bytes per parameter of the reference model (decoding speed scales with the bytes read)."""
     provenance: str
-    """Where the value comes from: "estimate: <source>" until measured, then "measured: <command, date>"."""
+    """Where the values come from: "measured: <hardware, model, engine version, date, command>", "published: <source>"
+    or "estimate: <reasoning>"."""
+    reference_cores: int = 16
+    """CPU rows: the cores the reference measurement used (the selection scales by a node's cores over these)."""
 
 
-REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "16 cores AVX-512, Llama-2-7B"}
-_ANYSCALE = "estimate: Anyscale, 'How continuous batching enables 23x throughput in LLM inference' (2023), A100"
-_LLAMACPP = "estimate: engineering assumption from public llama-bench reports for Llama-2-7B"
-# Until `inference-backend bench` measures them (issue: benchmarks), every value is an engineering estimate.
+REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "this project's 2-core build machine, scaled to 7B"}
+_VLLM_BLOG = (
+    "published: vLLM blog 2023-06-20 'vLLM: Easy, Fast, and Cheap LLM Serving with PagedAttention' (up to 24x the "
+    "throughput of HF Transformers and 3.5x of TGI; LLaMA-7B on A10G, LLaMA-13B on A100-40GB) and Anyscale 2023 "
+    "'How continuous batching enables 23x throughput in LLM inference' (A100); not measured here (no GPU lent yet: "
+    "bench/gpu/h200.sh)"
+)
+_NO_GPU = "estimate: not measured on a GPU yet (bench/gpu/h200.sh measures it when a GPU is lent); "
 PROFILES: dict[tuple[str, str], Profile] = {
-    ("vllm", "gpu"): Profile(60, 2500, 15.0, 2, _ANYSCALE),
-    ("tgi", "gpu"): Profile(70, 2000, 15.0, 2, _ANYSCALE),
-    ("llamacpp", "gpu"): Profile(90, 600, 7.5, 8.5 / 8, _LLAMACPP + ", q8_0"),
-    ("llamacpp", "cpu"): Profile(3000, 40, 4.5, 4.89 / 8, _LLAMACPP + ", q4_k_m"),
-    ("onnxruntime", "gpu"): Profile(
-        90, 300, 15.0, 2, "estimate: engineering assumption, eager-like decode with static batches"
-    ),
-    ("onnxruntime", "cpu"): Profile(6000, 12, 4.5, 0.5, "estimate: engineering assumption, int4 weights on CPU"),
-    ("pytorch", "gpu"): Profile(80, 110, 15.0, 2, _ANYSCALE + " (naive HF generate)"),
-    ("pytorch", "cpu"): Profile(
-        12000, 4, 14.0, 2, "estimate: engineering assumption, transformers generate in bfloat16 on CPU"
-    ),
+    ("vllm", "gpu"): Profile(60, 2500, 15.0, 2, _VLLM_BLOG),
+    ("tgi", "gpu"): Profile(70, 2000, 15.0, 2, _VLLM_BLOG + "; TGI at 1/3.5 of vLLM at saturation, rounded up"),
+    ("llamacpp", "gpu"): Profile(90, 600, 7.5, 8.5 / 8, _NO_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
+    ("onnxruntime", "gpu"): Profile(90, 300, 15.0, 2, _NO_GPU + "eager-like decode with dynamic batches"),
+    ("pytorch", "gpu"): Profile(80, 110, 15.0, 2, _NO_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
+    # CPU: measured here (bench/results/cpu-profiles.json), scaled to 7B by bench/profiles.py.
+    **{(engine, "cpu"): Profile(**row) for engine, row in MEASURED_CPU.items()},
 }
 
 # Relative speed of GPU products against the reference A100 (memory bandwidth ratio, which bounds decoding).

@@ -93,7 +93,7 @@ def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: 
         tp = placement.gpus_per_replica
         speed = gpu_speed(placement.gpu.product) * tp * _TP_EFFICIENCY ** math.log2(tp)
     else:
-        speed = max(placement.hardware.cpu_millis / 1000, 1) / 16
+        speed = max(placement.hardware.cpu_millis / 1000, 1) / profile.reference_cores
     return profile.ttft_ms * size / speed, profile.tokens_per_second * speed * bytes_ratio
 
 
