@@ -145,3 +145,21 @@ def test_gpus_in_use_sums_the_other_deployments() -> None:
     w = World({}, {}, children)
     assert w.gpus_in_use(("ns", "self")) == {"NVIDIA-L4": 5}
     assert w.gpus_in_use(("ns", "b")) == {"NVIDIA-L4": 4, "NVIDIA-H100-80GB-HBM3": 8}
+
+
+def test_child_signature_moves_with_readiness_not_with_bookkeeping() -> None:
+    from inference_backend.reconcile import child_signature, slim_child
+
+    pod = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "containers": [
+        {"args": ["--long"] * 50, "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}}}]}  # fmt: skip
+    dep = {"kind": "Deployment", "spec": {"replicas": 2, "template": {"spec": pod}},
+           "status": {"observedGeneration": 1, "updatedReplicas": 0, "readyReplicas": 0}}  # fmt: skip
+    first = child_signature(dep)
+    dep["status"] = {**dep["status"], "observedGeneration": 2, "updatedReplicas": 2}
+    assert child_signature(dep) == first
+    dep["status"] = {**dep["status"], "readyReplicas": 1}
+    assert child_signature(dep) != first
+    slim = slim_child("Deployment", dep["spec"], dep["status"])
+    assert "args" not in str(slim)
+    assert Child("h", slim).gpus == Child("h", dep).gpus == ("NVIDIA-L4", 2)
+    assert child_signature({"kind": "Service", "spec": {"ports": []}}) == ()

@@ -25,7 +25,7 @@ from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
 from inference_backend.kube import Kube
 from inference_backend.nodewatch import NodeClasses
-from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
+from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, child_signature, reconcile, slim_child
 from inference_backend.render import MANAGED_BY
 
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
@@ -87,7 +87,7 @@ def models(body: kopf.Body, **_: Any) -> dict[str, tuple[str, ModelSpec | None]]
 def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
     meta = body["metadata"]
     annotations = meta.get("annotations") or {}
-    keep = {"spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
+    keep = slim_child(body["kind"], dict(body.get("spec") or {}), dict(body.get("status") or {}))
     return {(meta["namespace"], meta["name"], body["kind"]): Child(annotations.get(APPLIED_HASH), keep)}
 
 
@@ -108,9 +108,10 @@ def pdbs(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def backends(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}  # the bulk, never read
     snapshot = {
         "apiVersion": body.get("apiVersion"),
-        "metadata": dict(body["metadata"]),
+        "metadata": meta,
         "spec": dict(body.get("spec") or {}),
         "status": dict(body.get("status") or {}),
     }
@@ -229,11 +230,28 @@ async def on_backend(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
     await _run(body, "listing" if type is None else type.lower(), **_pick(kwargs))
 
 
-async def _owner(body: kopf.Body, trigger: str, kwargs: dict[str, Any]) -> None:
-    """Reconcile the InferenceBackend owning ``body`` (drift of a child, readiness of its Deployment)."""
+CHILD_SEEN: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+"""What the owner's reconcile last saw of each child: its applied hash and (Deployments) the readiness it rolls up."""
+
+
+async def _owner(body: kopf.Body, trigger: str, type: str | None, kwargs: dict[str, Any]) -> None:
+    """Reconcile the InferenceBackend owning ``body`` (drift of a child, readiness of its Deployment).
+
+    Events that change neither the child's applied hash nor what its status rolls up (most Deployment status
+    updates: observedGeneration, updatedReplicas, condition timestamps) are skipped: the reconcile would find
+    nothing to do, and at 1,000 backends they are most of the operator's work."""
     backends: kopf.Index[Any, Any] = kwargs["backends"]
-    owners = [r for r in body["metadata"].get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"]
-    key = (body["metadata"].get("namespace"), owners[0]["name"]) if owners else None
+    meta = body["metadata"]
+    child_key = (meta.get("namespace"), meta.get("name"), body.get("kind"))
+    seen = ((meta.get("annotations") or {}).get(APPLIED_HASH), child_signature(body))
+    if type == "DELETED":
+        CHILD_SEEN.pop(child_key, None)
+    elif CHILD_SEEN.get(child_key) == seen:
+        return
+    else:
+        CHILD_SEEN[child_key] = seen
+    owners = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"]
+    key = (meta.get("namespace"), owners[0]["name"]) if owners else None
     if key is None or key not in backends:
         return
     for ib in backends[key]:
@@ -241,18 +259,18 @@ async def _owner(body: kopf.Body, trigger: str, kwargs: dict[str, Any]) -> None:
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def on_deployment(body: kopf.Body, **kwargs: Any) -> None:
-    await _owner(body, "deployment", kwargs)
+async def on_deployment(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    await _owner(body, "deployment", type, kwargs)
 
 
 @kopf.on.event("", "v1", "services", labels=MANAGED)
-async def on_service(body: kopf.Body, **kwargs: Any) -> None:
-    await _owner(body, "service", kwargs)
+async def on_service(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    await _owner(body, "service", type, kwargs)
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
-async def on_pdb(body: kopf.Body, **kwargs: Any) -> None:
-    await _owner(body, "pdb", kwargs)
+async def on_pdb(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    await _owner(body, "pdb", type, kwargs)
 
 
 def _reconcile_all_soon(trigger: str, kwargs: dict[str, Any], namespace: str | None = None) -> None:

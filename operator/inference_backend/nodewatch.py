@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lightkube import AsyncClient
@@ -33,12 +33,17 @@ class NodeClasses:
         self.ready = asyncio.Event()
         """Set once the first listing is in."""
         self._grouped: tuple[int, dict[HardwareClass, tuple[str, ...]]] = (-1, {})
+        self._classes: dict[HardwareClass, HardwareClass] = {}
+        """One instance per distinct class: 5,000 nodes of a few classes hold a few objects, not 5,000 copies."""
 
     def update(self, node: dict[str, Any]) -> bool:
         """Record a node (a v1 Node as a dict). True when a known node changed class: placements on it may be
         invalid now. A new node bumps the version (the next selection sees it) but re-selects nothing: the
         placement of a running backend is kept while it still fits."""
-        name, cls = hardware_class(node)
+        return self.update_class(*hardware_class(node))
+
+    def update_class(self, name: str, cls: HardwareClass) -> bool:
+        cls = self._classes.setdefault(cls, cls)
         before = self.by_name.get(name)
         if before == cls:
             return False
@@ -52,11 +57,13 @@ class NodeClasses:
         self.version += 1
         return True
 
-    def replace(self, nodes: list[dict[str, Any]]) -> bool:
-        """A full listing: the nodes not in it are gone. True when anything changed."""
-        names = {str((n.get("metadata") or {}).get("name", "?")) for n in nodes}
-        changed = [self.remove(name) for name in list(self.by_name) if name not in names]
-        changed += [self.update(n) for n in nodes]
+    def replace(self, nodes: Iterable[dict[str, Any]]) -> bool:
+        """A full listing: the nodes not in it are gone. True when a known node changed or left."""
+        return self.replace_classes(dict(hardware_class(n) for n in nodes))
+
+    def replace_classes(self, classes: dict[str, HardwareClass]) -> bool:
+        changed = [self.update_class(name, cls) for name, cls in classes.items()]
+        changed += [self.remove(name) for name in list(self.by_name) if name not in classes]
         return any(changed)
 
     def grouped(self) -> dict[HardwareClass, tuple[str, ...]]:
@@ -81,12 +88,15 @@ class NodeClasses:
         while True:
             try:
                 listing = client.list(Node, chunk_size=500)
-                nodes = [n.to_dict() async for n in listing]
-                changed = self.replace(nodes)
+                seen: dict[str, HardwareClass] = {}
+                async for item in listing:  # fetched 500 at a time, parsed one by one: no list of 5,000 Nodes
+                    name, cls = hardware_class(item.to_dict())
+                    seen[name] = self._classes.setdefault(cls, cls)
+                changed = self.replace_classes(seen)
                 if self.ready.is_set() and changed:
                     on_change()
                 self.ready.set()
-                log.info("nodes listed: %d in %d hardware classes", len(nodes), len(self.grouped()))
+                log.info("nodes listed: %d in %d hardware classes", len(seen), len(self.grouped()))
                 async for op, node in client.watch(Node, resource_version=listing.resourceVersion):
                     body = node.to_dict()
                     name = str((body.get("metadata") or {}).get("name", "?"))

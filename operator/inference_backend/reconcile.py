@@ -54,6 +54,31 @@ class Child:
         return product, gpus * int(spec.get("replicas", 1) or 0)
 
 
+def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str, Any]:
+    """What the indexes keep of a child: for a Deployment, the replicas, the GPU request and the readiness fields
+    (Child.gpus, status.Observed); nothing for the others. Pod templates stay out of the operator's memory."""
+    if kind != "Deployment":
+        return {}
+    pod = (spec.get("template") or {}).get("spec") or {}
+    product = (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+    limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
+    containers = [{"resources": {"limits": {"nvidia.com/gpu": lim.get("nvidia.com/gpu", 0)}}} for lim in limits]
+    template = {"spec": {"nodeSelector": {"nvidia.com/gpu.product": product} if product else {},
+                         "containers": containers}}  # fmt: skip
+    conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
+    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions}
+    return {"spec": {"replicas": spec.get("replicas", 1), "template": template}, "status": status}
+
+
+def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a child's event can change in its owner's reconcile: for a Deployment, the rolled-up readiness."""
+    if body.get("kind") != "Deployment":
+        return ()
+    slim = slim_child("Deployment", dict(body.get("spec") or {}), dict(body.get("status") or {}))
+    observed = status.Observed.from_deployment(slim)
+    return (observed, slim["spec"]["template"])
+
+
 @dataclass
 class World:
     """Read-only views the reconcile needs, over kopf indexes (lookups by key, no pass over every object)."""

@@ -1,0 +1,43 @@
+"""The engine profile table: every value traces to a measurement in the repository or names its published source."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from inference_backend.catalog import ENGINES, PROFILES
+from inference_backend.profiles_measured import MEASURED_CPU
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import profiles  # noqa: E402  (bench/profiles.py)
+
+
+def test_measured_module_is_the_derivation_of_the_committed_results() -> None:
+    result = json.loads(profiles.DEFAULT_INPUT.read_text())
+    assert profiles.derive(result) == MEASURED_CPU
+    assert profiles.MODULE.read_text() == profiles.render_module(MEASURED_CPU, "bench/results/cpu-profiles.json")
+
+
+def test_every_cpu_engine_is_measured_and_every_row_has_provenance() -> None:
+    for engine in ("llamacpp", "onnxruntime", "pytorch"):
+        assert PROFILES[(engine, "cpu")].provenance.startswith("measured: "), engine
+        assert "make bench-engines" in PROFILES[(engine, "cpu")].provenance
+    for engine in ENGINES:
+        assert PROFILES[(engine, "gpu")].provenance.split(":")[0] in ("measured", "published", "estimate")
+    for engine in ("vllm", "tgi"):
+        assert PROFILES[(engine, "gpu")].provenance.startswith("published: ")
+
+
+def test_scaling_rules_on_the_measured_figures() -> None:
+    result = json.loads(profiles.DEFAULT_INPUT.read_text())
+    params, weights = result["model"]["parameters"], result["model"]["safetensorsBytes"]
+    row = [r for r in result["table"] if r["engine"] == "llamacpp"]
+    best = max(r["outputTokensPerSecond"] for r in row)
+    derived = profiles.derive(result)["llamacpp"]
+    assert abs(derived["tokens_per_second"] - best * weights / (7e9 * weights / params)) < 1e-3
+    low = min(row, key=lambda r: r["concurrency"])
+    expected_ttft = low["ttftP95Ms"] * 7e9 / params * 512 / result["load"]["promptTokens"]
+    assert abs(derived["ttft_ms"] - expected_ttft) < 0.1
