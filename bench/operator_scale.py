@@ -161,7 +161,7 @@ def fake_nodes(count: int) -> list[dict[str, Any]]:
 
 
 async def add_nodes(count: int, parallel: int = 16) -> float:
-    """Server-side apply nodes scale-00000.. up to ``count``; wait until all are Ready. Returns the seconds taken."""
+    """Server-side apply nodes scale-00000.. up to ``count``; wait until all are Ready and untainted (seconds)."""
     client = AsyncClient(field_manager="bench")
     t0 = time.monotonic()
     have = {n.metadata.name async for n in client.list(Node, labels={"type": "kwok"})}
@@ -184,7 +184,10 @@ async def add_nodes(count: int, parallel: int = 16) -> float:
         ready = 0
         async for n in client.list(Node, labels={"type": "kwok"}):
             conds = {c.type: c.status for c in (n.status.conditions or [])} if n.status else {}
-            ready += conds.get("Ready") == "True"
+            # settled: Ready, and the node lifecycle controller has lifted its not-ready taints (it does so at
+            # its own pace, minutes after Ready for thousands of nodes; each lift changes the node's class)
+            tainted = any(t.key.startswith("node.kubernetes.io/") for t in (n.spec.taints or [])) if n.spec else False
+            ready += conds.get("Ready") == "True" and not tainted
         if ready >= count:
             break
         await asyncio.sleep(5)
