@@ -350,6 +350,7 @@ def main() -> None:
     parser.add_argument("--backends", default="100,500,1000", help="comma-separated InferenceBackend counts")
     parser.add_argument("--nodes", default="100,1000,5000", help="comma-separated node counts (ascending)")
     parser.add_argument("--rate", type=float, default=10.0, help="InferenceBackends created per second")
+    parser.add_argument("--diagonal", action="store_true", help="pair the i-th node count with the i-th backend count")
     parser.add_argument("--metrics-port", type=int, default=28090)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
@@ -360,11 +361,11 @@ def main() -> None:
     audit = Audit(E2E_DIR / "audit.log")
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     points, node_ready = [], {}
-    for n in node_counts:
+    for i, n in enumerate(node_counts):
         log(f"adding fake nodes up to {n}")
         node_ready[n] = asyncio.run(add_nodes(n))
         log(f"{n} nodes Ready ({node_ready[n]:.0f} s)")
-        for b in counts:
+        for b in [counts[i]] if args.diagonal else counts:
             points.append(run_point(n, b, args.rate, audit, args.metrics_port))
             print_point(points[-1])
     result = {

@@ -28,10 +28,11 @@ e2e: venv
 # Holds /tmp/ib-bench.lock so that no other benchmark runs beside it.
 BACKENDS ?= 100,500,1000
 NODES ?= 100,1000,5000
-RATE ?= 10
+RATE ?= 5
+SCALE_ARGS ?=
 SCALE_OUT ?= bench/results/operator-scale.json
 bench-operator: venv e2e-binaries
 	flock /tmp/ib-bench.lock sh -c 'E2E_NODE_LEASE_SECONDS=1200 E2E_NODE_GRACE=1500s E2E_AUDIT_READS=1 e2e/up --fresh && \
 	  KUBECONFIG=$${E2E_DIR:-/tmp/ib-e2e}/kubeconfig $(PY) bench/operator_scale.py --backends $(BACKENDS) \
-	    --nodes $(NODES) --rate $(RATE) --out $(SCALE_OUT) && \
+	    --nodes $(NODES) --rate $(RATE) --out $(SCALE_OUT) $(SCALE_ARGS) && \
 	  $(PY) bench/plot_operator_scale.py $(SCALE_OUT); rc=$$?; e2e/down; exit $$rc'

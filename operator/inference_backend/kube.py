@@ -7,6 +7,8 @@ label, and copying the owner's tracking label would make Argo CD claim the child
 
 from __future__ import annotations
 
+import asyncio
+
 import logging
 from typing import Any
 
@@ -38,9 +40,12 @@ def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
 class Kube:
     """Writes, counted so benchmarks can report API writes per reconcile."""
 
-    def __init__(self, client: AsyncClient | None = None) -> None:
+    def __init__(self, client: AsyncClient | None = None, concurrency: int = 16) -> None:
         self._client = client
         self.writes = 0
+        self._slots = asyncio.Semaphore(concurrency)
+        """Writes in flight at once: beyond this they wait here, not in the HTTP pool (where they would time out
+        while the API server is busy, and come back as retries that add to its load)."""
 
     @property
     def client(self) -> AsyncClient:
@@ -50,14 +55,16 @@ class Kube:
 
     async def apply(self, obj: dict[str, Any]) -> None:
         self.writes += 1
-        await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+        async with self._slots:
+            await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""
         self.writes += 1
-        await self.client.patch(
-            IBResource.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE
-        )
+        async with self._slots:
+            await self.client.patch(
+                IBResource.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE
+            )
 
     async def close(self) -> None:
         if self._client is not None:
