@@ -8,7 +8,6 @@ label, and copying the owner's tracking label would make Argo CD claim the child
 from __future__ import annotations
 
 import asyncio
-
 import logging
 from typing import Any
 
