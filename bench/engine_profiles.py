@@ -89,11 +89,11 @@ def http_text(url: str, timeout: float = 10) -> str:
         return str(resp.read().decode(errors="replace"))
 
 
-def git_commit() -> str | None:
+def git_commit(root: Path = ROOT) -> str | None:
     try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "bench", "operator"],
+            ["git", "-C", str(root), "status", "--porcelain", "--", "bench", "operator"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -231,7 +231,7 @@ def strip_eos(tokens: list[int]) -> list[int]:
 class MetricSampler:
     """Polls GET /metrics during the load for the largest value of one gauge (runners: ib:kv_cache_usage_perc)."""
 
-    def __init__(self, url: str, name: str, interval: float = 0.5) -> None:
+    def __init__(self, url: str, name: str | None, interval: float = 0.5) -> None:
         self.url, self.name, self.interval = url, name, interval
         self.peak: float | None = None
         self._stop = threading.Event()
@@ -240,18 +240,20 @@ class MetricSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(OSError, ValueError):
-                v = procstats.parse_prometheus(http_text(self.url + "/metrics"), self.name)
+                v = procstats.parse_prometheus(http_text(self.url + "/metrics"), str(self.name))
                 if v is not None:
                     self.peak = v if self.peak is None else max(self.peak, v)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> MetricSampler:
-        self._thread.start()
+        if self.name is not None:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
 
 # ---- the load step (`inference-backend bench`) --------------------------------------------------------------------
@@ -636,11 +638,26 @@ class Run:
             if srv is not None:
                 res["exitCode"] = srv.stop()
                 text = srv.output()
+                if engine == "llamacpp":
+                    text = self.llama_kv_log(argv, loc.env)
                 res["kv"] = self.kv(engine, text, res)
-                res["logTail"] = text[-3000:]
+                res["logTail"] = srv.output()[-3000:]
             res.setdefault("status", "ok" if res.get("steps") else "failed")
             res["finished"] = now()
             (self.raw_dir / f"{engine}.json").write_text(json.dumps(res, indent=2) + "\n")
+
+    def llama_kv_log(self, argv: list[str], env: dict[str, str]) -> str:
+        """llama-server prints its KV cache size only at log verbosity 4 (a library INFO message): start it once
+        more with the same args and LLAMA_ARG_LOG_VERBOSITY=4 (logging only), read the log, stop it. The
+        measured run keeps the rendered configuration untouched."""
+        with self.log.step("llamacpp: KV size (second start at log verbosity 4)"):
+            probe_argv = list(argv)
+            probe_argv[probe_argv.index("--port") + 1] = str(free_port())
+            probe = start("llamacpp", probe_argv, env | {"LLAMA_ARG_LOG_VERBOSITY": "4"},
+                          self.work / "llamacpp-kv.log", self.budget.take(300))  # fmt: skip
+            probe.stop()
+            return probe.output()
+        return ""
 
     def after_start(self, engine: str, srv: Served, res: dict[str, Any]) -> None:
         with self.log.step(f"{engine}: greedy tokens") as rec:
@@ -664,7 +681,8 @@ class Run:
             timeout = self.budget.take(3600)
             if timeout < 30:
                 raise Skip(f"only {timeout:.0f}s of the time budget left")
-            gauge = "ib:kv_cache_usage_perc" if engine != "llamacpp" else "llamacpp:kv_cache_usage_ratio"
+            # runners: reserved KV tokens / budget; llama-server b11312 exports no KV usage (allocated at start)
+            gauge = "ib:kv_cache_usage_perc" if engine != "llamacpp" else None
             with procstats.RssSampler(srv.proc.pid) as rss, MetricSampler(srv.url, gauge) as kv:
                 bench = run_load(self.load, argv, timeout, self.work / f"bench-{engine}.log")
             res["bench"] = bench
@@ -699,13 +717,11 @@ class Run:
         if engine == "llamacpp":
             caches = procstats.parse_llama_kv(log_text)
             out: dict[str, Any] = {
-                "source": "llama-server log (llama_kv_cache: size = ...), allocated at start",
+                "source": "llama-server log at verbosity 4 (llama_kv_cache: size = ...); allocated at start",
                 "caches": caches,
             }
             if caches:
                 out["allocatedBytes"] = caches[0]["bytes"]
-                if res.get("kvUsagePeak") is not None:
-                    out["peakInUseBytes"] = round(caches[0]["bytes"] * res["kvUsagePeak"])
             return out
         budget = procstats.parse_runner_kv(log_text)
         out = {
@@ -774,6 +790,8 @@ class Run:
             return None
         out: dict[str, Any] = {"bandwidthBytesPerSecond": bw["bestBytesPerSecond"], "engines": {}}
         for engine, r in self.results.get("engines", {}).items():
+            if not r.get("steps"):
+                continue
             per_token = self.weights_per_token(engine)
             c1 = next((s for s in r.get("steps") or [] if s["target"] == 1), None)
             entry: dict[str, Any] = {
@@ -853,6 +871,10 @@ class Run:
                 "secondsPerStep": self.load.seconds,
                 "extraBody": {"ignore_eos": True},
                 "threads": self.threads,
+            },
+            "benchCli": {
+                "pythonpath": self.load.bench_pythonpath,
+                "commit": git_commit(Path(self.load.bench_pythonpath or ROOT / "operator").resolve().parent),
             },
             "greedyReference": {"tokens": self.greedy_ref, "source": "transformers generate(do_sample=False)"},
             "table": self.table(),

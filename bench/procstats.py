@@ -94,11 +94,13 @@ class RssSampler:
         self._thread.join()
 
 
-# llama.cpp src/llama-kv-cache.cpp (b11312), one line per KV cache at context creation:
-#   llama_kv_cache: size =   64.00 MiB (  4096 cells,   8 layers,  8/8 seqs), K (f16):   32.00 MiB, V (f16):   32.00 MiB
+# llama.cpp src/llama-kv-cache.cpp (b11312), one line per KV cache at context creation; a library INFO message, which
+# llama-server prints only at log verbosity >= 4 (common/log.cpp maps GGML INFO to LOG_LEVEL_TRACE). Cells are per
+# stream; with -np N and kv_unified = false there are N streams ("n_seq_max/n_stream seqs"):
+#   llama_kv_cache: size =   32.00 MiB (   512 cells,   8 layers,  8/8 seqs), K (f16):   16.00 MiB, V (f16):   16.00 MiB
 _LLAMA_KV = re.compile(
     r"llama_kv_cache(?:_unified)?:\s+size\s*=\s*(?P<size>[\d.]+)\s*MiB\s*\(\s*(?P<cells>\d+)\s+cells,\s*"
-    r"(?P<layers>\d+)\s+layers,\s*(?P<seqs>\d+)/(?P<seqs_max>\d+)\s+seqs\),\s*"
+    r"(?P<layers>\d+)\s+layers,\s*(?P<seqs>\d+)/(?P<streams>\d+)\s+seqs\),\s*"
     r"K\s*\((?P<ktype>\w+)\):\s*(?P<k>[\d.]+)\s*MiB,\s*V\s*\((?P<vtype>\w+)\):\s*(?P<v>[\d.]+)\s*MiB"
 )
 
@@ -110,7 +112,8 @@ def parse_llama_kv(log: str) -> list[dict[str, Any]]:
         out.append(
             {
                 "bytes": round(float(m["size"]) * MIB),
-                "cells": int(m["cells"]),
+                "cellsPerStream": int(m["cells"]),
+                "streams": int(m["streams"]),
                 "layers": int(m["layers"]),
                 "seqs": int(m["seqs"]),
                 "kType": m["ktype"],
