@@ -802,6 +802,15 @@ class Run:
                 entry["decodeTokensPerSecondC1"] = 1000 / c1["itlMs"]["p50"]
                 entry["fractionOfBound"] = entry["decodeTokensPerSecondC1"] / entry["boundTokensPerSecond"]
             out["engines"][engine] = entry
+        tg = next((t for t in (self.results.get("llamaBench") or {}).get("tests", []) if t["nPrompt"] == 0), None)
+        if tg is not None and "llamacpp" in out["engines"]:
+            bound = out["engines"]["llamacpp"]["boundTokensPerSecond"]
+            out["engines"]["llama-bench"] = {
+                "weightBytesPerToken": out["engines"]["llamacpp"]["weightBytesPerToken"],
+                "boundTokensPerSecond": bound,
+                "decodeTokensPerSecondC1": tg["tokensPerSecond"],
+                "fractionOfBound": tg["tokensPerSecond"] / bound,
+            }
         return out
 
     def table(self) -> list[dict[str, Any]]:
@@ -912,6 +921,7 @@ class Run:
                 ax2.plot(c, [s["ttftMs"]["p50"] for s in steps], marker="o", label=engine)
             for ax, title in ((ax1, "output tokens/s"), (ax2, "TTFT p50 (ms)")):
                 ax.set_xscale("log", base=2)
+                ax.set_xticks(list(self.load.concurrency), [str(c) for c in self.load.concurrency])
                 ax.set_xlabel("concurrency")
                 ax.set_title(title)
                 ax.grid(True, alpha=0.3)

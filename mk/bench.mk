@@ -5,8 +5,8 @@
 .PHONY: bench-engines bench-gpu-reduced
 
 BENCH_LOCK ?= /tmp/ib-bench.lock
-# The CPU profile of this machine: 4 concurrencies x 16 requests of 128 prompt / 64 output tokens per engine.
-BENCH_ENGINES_ARGS ?= --preset cpu --label cpu --concurrency 1,2,4,8 --requests 16 --out bench/results
+# The CPU profile of this machine: 4 concurrencies x 32 requests of 128 prompt / 64 output tokens per engine.
+BENCH_ENGINES_ARGS ?= --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results
 # A runners venv to use as is (hack/runners-venv re-points its editable install at this clone when it differs).
 RUNNERS_VENV ?=
 
