@@ -692,7 +692,7 @@ class Run:
                 "rssSamples": rss.samples,
             }
             if self.device == "cuda":
-                res["peak"]["gpu"] = gpu_memory()
+                res["peak"]["gpu"] = gpu_memory(procstats.tree(srv.proc.pid))
             res["kvUsagePeak"] = kv.peak
             rec["steps"] = len(res["steps"])
 
@@ -959,17 +959,17 @@ class Run:
         return self.write()
 
 
-def gpu_memory() -> dict[str, Any] | None:
-    """Device memory in use now (nvidia-smi), for the GPU profiles: all processes on the GPU."""
+def gpu_memory(pids: list[int]) -> dict[str, Any] | None:
+    """Device memory in use now (nvidia-smi): by the server's processes, and on the whole GPU."""
     try:
-        res = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        used, total = (int(x) for x in res.stdout.split(",")[:2])
-        return {"usedBytes": used * 2**20, "totalBytes": total * 2**20, "source": "nvidia-smi memory.used"}
+        q = ["nvidia-smi", "--format=csv,noheader,nounits"]
+        total = subprocess.run([*q, "--query-gpu=memory.used,memory.total"], capture_output=True, text=True, timeout=20)
+        apps = subprocess.run([*q, "--query-compute-apps=pid,used_memory"], capture_output=True, text=True, timeout=20)
+        used, size = (int(x) for x in total.stdout.split(",")[:2])
+        mine = sum(int(m) for p, m in (line.split(",") for line in apps.stdout.splitlines() if "," in line)
+                   if int(p) in pids)  # fmt: skip
+        return {"serverBytes": mine * 2**20, "gpuUsedBytes": used * 2**20, "gpuTotalBytes": size * 2**20,
+                "source": "nvidia-smi (compute-apps of the server's process tree; memory.used of the GPU)"}  # fmt: skip
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 
