@@ -847,6 +847,7 @@ class Run:
             "memTotalBytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
             "loadAverageAtStart": self.results.get("loadAverageAtStart"),
             "loadAverageAtEnd": os.getloadavg(),
+            "otherLoadDuringRun": self.other_load(),
         }
         if self.device == "cuda":
             with contextlib.suppress(Exception):
@@ -937,8 +938,37 @@ class Run:
             fig.tight_layout()
             fig.savefig(self.out / f"{self.label}-profiles.png", dpi=110)
 
+    def cpu_accounting(self) -> dict[str, float]:
+        """Busy CPU seconds of the whole machine vs this run's own processes (this one and its waited-for
+        children: servers, bench CLI, llama-bench): the difference is other work that shared the cores."""
+        import resource
+
+        own = sum(
+            getattr(resource.getrusage(who), f)
+            for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            for f in ("ru_utime", "ru_stime")
+        )
+        busy = procstats.cpu_busy_seconds(Path("/proc/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+        return {"machineBusy": busy, "own": own, "wall": time.monotonic()}
+
+    def other_load(self) -> dict[str, Any] | None:
+        start = self.results.get("cpuAtStart")
+        if not start:
+            return None
+        end = self.cpu_accounting()
+        wall = end["wall"] - start["wall"]
+        other = (end["machineBusy"] - start["machineBusy"]) - (end["own"] - start["own"])
+        return {
+            "wallSeconds": round(wall, 1),
+            "ownCpuSeconds": round(end["own"] - start["own"], 1),
+            "otherCpuSeconds": round(other, 1),
+            "otherCoresBusyMean": round(other / wall, 2) if wall else None,
+            "source": "/proc/stat busy time minus getrusage(self + children); other work on the same cores",
+        }
+
     def go(self) -> Path:
         self.results["loadAverageAtStart"] = os.getloadavg()
+        self.results["cpuAtStart"] = self.cpu_accounting()
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             if not self.prerequisites():

@@ -178,6 +178,13 @@ def parse_prometheus(text: str, name: str) -> float | None:
     return sum(values) if values else None
 
 
+def cpu_busy_seconds(stat: str, ticks_per_second: int = 100) -> float:
+    """CPU seconds spent busy on all cores since boot, from /proc/stat's first line (user nice system idle iowait irq
+    softirq steal ...): everything but idle and iowait."""
+    fields = [int(x) for x in stat.splitlines()[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / ticks_per_second
+
+
 def cpu_model(cpuinfo: str) -> dict[str, Any]:
     """/proc/cpuinfo -> model name, logical CPUs, and the SIMD flags that matter to the engines' kernels."""
     names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)

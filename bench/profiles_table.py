@@ -33,7 +33,7 @@ def tables(doc: dict[str, Any]) -> str:
     out.append("")
     out.append(
         "| engine | c | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | ITL p50 ms | out tok/s | req/s | errors "
-        "| peak RSS MiB | KV capacity MiB | KV peak used MiB |"
+        "| peak RSS MiB | KV MiB: allocated (llama.cpp) / admission budget (runners) | KV MiB in use, peak |"
     )
     out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in doc["table"]:

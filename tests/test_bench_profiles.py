@@ -121,3 +121,8 @@ def test_llama_bench_takes_the_servers_threads_and_batch_flags() -> None:
 def test_bench_model_parameter_count_matches_llama2_7b() -> None:
     # Llama-2-7B: 6,738,415,616 parameters (hidden 4096, 32 layers, intermediate 11008, vocab 32000, untied)
     assert PRESETS["llama2-7b"].parameters() == 6_738_415_616
+
+
+def test_cpu_busy_seconds_excludes_idle_and_iowait() -> None:
+    line = (DATA / "proc-stat-cpu-line.txt").read_text()  # cpu  598588 0 45751 1562166 511 0 1150 7426 0 0
+    assert procstats.cpu_busy_seconds(line, 100) == (598588 + 45751 + 1150 + 7426) / 100
