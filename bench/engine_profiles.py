@@ -93,7 +93,7 @@ def git_commit(root: Path = ROOT) -> str | None:
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", "bench", "operator"],
+            ["git", "-C", str(root), "status", "--porcelain", "--", "bench", "operator", ":!bench/results"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -683,8 +683,10 @@ class Run:
                 raise Skip(f"only {timeout:.0f}s of the time budget left")
             # runners: reserved KV tokens / budget; llama-server b11312 exports no KV usage (allocated at start)
             gauge = "ib:kv_cache_usage_perc" if engine != "llamacpp" else None
+            cpu_start = self.cpu_accounting()
             with procstats.RssSampler(srv.proc.pid) as rss, MetricSampler(srv.url, gauge) as kv:
                 bench = run_load(self.load, argv, timeout, self.work / f"bench-{engine}.log")
+            res["otherLoadDuringBench"] = self.other_load(cpu_start)
             res["bench"] = bench
             res["steps"] = summarize_steps(bench)
             res["peak"] = procstats.tree_memory(srv.proc.pid) | {
@@ -948,11 +950,14 @@ class Run:
             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
             for f in ("ru_utime", "ru_stime")
         )
-        busy = procstats.cpu_busy_seconds(Path("/proc/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+        # live children (servers, the bench CLI while it runs) are not in RUSAGE_CHILDREN yet
+        ticks = os.sysconf("SC_CLK_TCK")
+        own += sum(procstats.tree_cpu_seconds(c, ticks) for c in procstats.children(os.getpid()))
+        busy = procstats.cpu_busy_seconds(Path("/proc/stat").read_text(), ticks)
         return {"machineBusy": busy, "own": own, "wall": time.monotonic()}
 
-    def other_load(self) -> dict[str, Any] | None:
-        start = self.results.get("cpuAtStart")
+    def other_load(self, start: dict[str, float] | None = None) -> dict[str, Any] | None:
+        start = start or self.results.get("cpuAtStart")
         if not start:
             return None
         end = self.cpu_accounting()

@@ -185,6 +185,24 @@ def cpu_busy_seconds(stat: str, ticks_per_second: int = 100) -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / ticks_per_second
 
 
+def stat_cpu_seconds(stat: str, ticks_per_second: int = 100) -> float:
+    """/proc/PID/stat -> CPU seconds of the process and of its children it has waited for (utime stime cutime
+    cstime, fields 14-17; counted after the last ')' since the command name may hold spaces and parentheses)."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return sum(int(f) for f in fields[11:15]) / ticks_per_second
+
+
+def tree_cpu_seconds(pid: int, ticks_per_second: int = 100, proc: Path = PROC) -> float:
+    """CPU seconds of a live process tree, reaped children included (processes gone unreaped are missed)."""
+    total = 0.0
+    for p in tree(pid, proc):
+        try:
+            total += stat_cpu_seconds((proc / str(p) / "stat").read_text(), ticks_per_second)
+        except OSError:
+            continue
+    return total
+
+
 def cpu_model(cpuinfo: str) -> dict[str, Any]:
     """/proc/cpuinfo -> model name, logical CPUs, and the SIMD flags that matter to the engines' kernels."""
     names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)

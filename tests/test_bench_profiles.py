@@ -126,3 +126,10 @@ def test_bench_model_parameter_count_matches_llama2_7b() -> None:
 def test_cpu_busy_seconds_excludes_idle_and_iowait() -> None:
     line = (DATA / "proc-stat-cpu-line.txt").read_text()  # cpu  598588 0 45751 1562166 511 0 1150 7426 0 0
     assert procstats.cpu_busy_seconds(line, 100) == (598588 + 45751 + 1150 + 7426) / 100
+
+
+def test_stat_cpu_seconds_counts_the_process_and_its_reaped_children() -> None:
+    stat = (DATA / "proc-pid-stat.txt").read_text()  # python3 that spun, and waited for a child that spun
+    assert stat.split()[1] == "(python3)"
+    assert procstats.stat_cpu_seconds(stat, 100) == (20 + 2 + 37 + 4) / 100
+    assert procstats.stat_cpu_seconds("1 (a) b) c) R " + " ".join(stat.split()[3:]), 100) == 0.63
