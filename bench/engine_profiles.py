@@ -1103,6 +1103,10 @@ def main(argv: list[str] | None = None) -> int:
     failed = [s for s in run.log.steps if s["status"] == "failed"]
     skipped = [s for s in run.log.steps if s["status"] == "skipped"]
     print(f">> wrote {path}: {len(run.log.steps)} steps, {len(failed)} failed, {len(skipped)} skipped")
+    measured = [e for e, r in doc["engines"].items() if r.get("steps")]
+    if not measured:
+        print(">> no engine was measured (see the prerequisites and the skipped steps above)")
+        return 3
     return 1 if failed else 0
 
 
