@@ -52,6 +52,11 @@ RUNNER_MODULES = {"pytorch": "inference_backend.runners.pytorch", "onnxruntime":
 GREEDY_TOKENS = 16
 EOS_ID = 2
 HEALTH_TIMEOUT = 600.0
+EXTRA_BODY = {"ignore_eos": True, "temperature": 0}
+"""Added to every load request: exactly --output-tokens tokens (ignore_eos: vLLM's extension in our runners, native in
+llama-server), and greedy decoding in all three, so that no engine pays for a different default sampler chain
+(llama-server's default is temperature 0.8 with top-k/top-p/min-p; the runners' the OpenAI default 1.0) and the
+generated text, hence the load, is the same from run to run."""
 
 
 # ---- small utilities -----------------------------------------------------------------------------------------------
@@ -675,8 +680,7 @@ class Run:
                 res["serverTimings"] = llama_server_timings(srv, ids, self.load.output_tokens, reps=3)
         with self.log.step(f"{engine}: bench") as rec:
             bench_out = self.work / "bench" / engine
-            extra = {"ignore_eos": True}  # all three honour it (runners: vLLM's extension; llama-server: native)
-            argv = self.load.argv(srv.url, self.model.name, self.paths["pytorch"], extra, bench_out)
+            argv = self.load.argv(srv.url, self.model.name, self.paths["pytorch"], EXTRA_BODY, bench_out)
             res["benchCommand"] = shlex.join(argv)
             timeout = self.budget.take(3600)
             if timeout < 30:
@@ -881,7 +885,7 @@ class Run:
                 "outputTokens": self.load.output_tokens,
                 "requestsPerStep": self.load.requests,
                 "secondsPerStep": self.load.seconds,
-                "extraBody": {"ignore_eos": True},
+                "extraBody": EXTRA_BODY,
                 "threads": self.threads,
             },
             "benchCli": {
