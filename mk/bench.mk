@@ -1,0 +1,25 @@
+# Engine profiles (bench/engine_profiles.py, docs/benchmarks-gpu.md): ONE random-weight Llama model as safetensors,
+# ONNX and GGUF, served by the PyTorch runner, the ONNX Runtime server and llama-server with the args the operator
+# renders, loaded by `inference-backend bench`. Heavy deps: the runners venv (mk/runners.mk) and llama-server
+# (mk/engines.mk). Measurements hold $(BENCH_LOCK) so that no two benchmarks share the cores.
+.PHONY: bench-engines bench-gpu-reduced
+
+BENCH_LOCK ?= /tmp/ib-bench.lock
+# The CPU profile of this machine: 4 concurrencies x 32 requests of 128 prompt / 64 output tokens per engine.
+BENCH_ENGINES_ARGS ?= --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results
+# A runners venv to use as is (hack/runners-venv re-points its editable install at this clone when it differs).
+RUNNERS_VENV ?=
+
+# bench/results/cpu-profiles.{json,png} and bench/results/cpu/*.json
+bench-engines: llama-server
+	@venv="$${RUNNERS_VENV:-$$($(RUNNERS_VENV_SCRIPT))}"; \
+	echo ">> bench-engines with $$venv (waiting for $(BENCH_LOCK) if another benchmark holds it)"; \
+	flock $(BENCH_LOCK) env PYTHONPATH=operator:tests "$$venv/bin/python" bench/engine_profiles.py $(BENCH_ENGINES_ARGS)
+
+# bench/gpu/h200.sh --reduced: the GPU script end to end on CPU (tiny model, CPU providers, CPU llama.cpp build).
+bench-gpu-reduced: llama-server
+	@venv="$${RUNNERS_VENV:-$$($(RUNNERS_VENV_SCRIPT))}"; \
+	flock $(BENCH_LOCK) env PYTHON="$$venv/bin/python" OUT="$${OUT:-$(CURDIR)/gpu-results}" bench/gpu/h200.sh --reduced
+
+# tests/runners/test_engine_profiles.py boots llama-server (GGUF = safetensors, greedy tokens).
+runners-test: llama-server
