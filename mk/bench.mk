@@ -23,3 +23,9 @@ bench-gpu-reduced: llama-server
 
 # tests/runners/test_engine_profiles.py boots llama-server (GGUF = safetensors, greedy tokens).
 runners-test: llama-server
+
+# operator/inference_backend/profiles_measured.py from bench/results/cpu-profiles.json (the catalog's CPU rows,
+# scaled to 7B by the rules in bench/profiles.py); tests/test_profiles.py checks that it is current.
+.PHONY: profiles
+profiles: venv
+	$(PY) bench/profiles.py
