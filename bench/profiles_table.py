@@ -30,6 +30,13 @@ def tables(doc: dict[str, Any]) -> str:
         f"{load['promptTokens']} prompt / {load['outputTokens']} output tokens (ignore_eos), "
         f"{load['requestsPerStep'] or str(load['secondsPerStep']) + ' s'} requests per step; {doc['date']}."
     )
+    other = {e: (r.get("otherLoadDuringBench") or {}).get("otherCoresBusyMean") for e, r in doc["engines"].items()}
+    whole = (hw.get("otherLoadDuringRun") or {}).get("otherCoresBusyMean")
+    out.append("")
+    out.append(
+        f"Cores kept busy by other work on this machine during the run: {_f(whole, 2)} on average; during each "
+        "engine's load: " + ", ".join(f"{e} {_f(v, 2)}" for e, v in other.items()) + "."
+    )
     out.append("")
     out.append(
         "| engine | c | TTFT p50 ms | TTFT p95 ms | TTFT p99 ms | ITL p50 ms | out tok/s | req/s | errors "
