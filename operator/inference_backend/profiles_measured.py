@@ -14,26 +14,26 @@ MEASURED_CPU: dict[str, dict[str, Any]] = {
     "llamacpp": {
         "bytes_per_param": 4.0,
         "memory_gib_per_7b": 26.32,
-        "provenance": "measured: Intel(R) Xeon(R) Processor, 2 cores; ib-bench-30m (32M parameters, float32); llama-server 0.5.0-dev (build 11312, commit 0c1e57098), GGUF f32; 2026-12-02; `make bench-engines` (python bench/engine_profiles.py --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results), scaled to 7B by bench/profiles.py: TTFT p95 296 ms at concurrency 1 (128-token prompt), 118.9 tokens/s at concurrency 8, peak RSS 373 MiB",
+        "provenance": "measured: Intel(R) Xeon(R) Processor, 2 cores; ib-bench-30m (32M parameters, float32); llama-server 0.5.0-dev (build 11312, commit 0c1e57098), GGUF f32; 2026-12-02; `make bench-engines` (python bench/engine_profiles.py --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results), scaled to 7B by bench/profiles.py: TTFT p95 240 ms at concurrency 1 (128-token prompt), 130.5 tokens/s at concurrency 8, peak RSS 373 MiB",
         "reference_cores": 2,
-        "tokens_per_second": 0.5435,
-        "ttft_ms": 258721.1
+        "tokens_per_second": 0.5962,
+        "ttft_ms": 210016.7
     },
     "onnxruntime": {
         "bytes_per_param": 4.0,
-        "memory_gib_per_7b": 27.26,
-        "provenance": "measured: Intel(R) Xeon(R) Processor, 2 cores; ib-bench-30m (32M parameters, float32); inference-backend 0.1.0 onnxruntime runner, torch 2.15.0+cu132; 2026-12-02; `make bench-engines` (python bench/engine_profiles.py --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results), scaled to 7B by bench/profiles.py: TTFT p95 234 ms at concurrency 1 (128-token prompt), 119.4 tokens/s at concurrency 8, peak RSS 1345 MiB",
+        "memory_gib_per_7b": 27.28,
+        "provenance": "measured: Intel(R) Xeon(R) Processor, 2 cores; ib-bench-30m (32M parameters, float32); inference-backend 0.1.0 onnxruntime runner, torch 2.15.0+cu132; 2026-12-02; `make bench-engines` (python bench/engine_profiles.py --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results), scaled to 7B by bench/profiles.py: TTFT p95 194 ms at concurrency 1 (128-token prompt), 103.9 tokens/s at concurrency 8, peak RSS 1372 MiB",
         "reference_cores": 2,
-        "tokens_per_second": 0.5458,
-        "ttft_ms": 204752.8
+        "tokens_per_second": 0.4748,
+        "ttft_ms": 169808.7
     },
     "pytorch": {
         "bytes_per_param": 4.0,
         "memory_gib_per_7b": 27.45,
-        "provenance": "measured: Intel(R) Xeon(R) Processor, 2 cores; ib-bench-30m (32M parameters, float32); inference-backend 0.1.0 pytorch runner, torch 2.15.0+cu132; 2026-12-02; `make bench-engines` (python bench/engine_profiles.py --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results), scaled to 7B by bench/profiles.py: TTFT p95 242 ms at concurrency 1 (128-token prompt), 89.6 tokens/s at concurrency 8, peak RSS 1548 MiB",
+        "provenance": "measured: Intel(R) Xeon(R) Processor, 2 cores; ib-bench-30m (32M parameters, float32); inference-backend 0.1.0 pytorch runner, torch 2.15.0+cu132; 2026-12-02; `make bench-engines` (python bench/engine_profiles.py --preset cpu --label cpu --concurrency 1,2,4,8 --requests 32 --out bench/results), scaled to 7B by bench/profiles.py: TTFT p95 223 ms at concurrency 1 (128-token prompt), 91.2 tokens/s at concurrency 8, peak RSS 1549 MiB",
         "reference_cores": 2,
-        "tokens_per_second": 0.4093,
-        "ttft_ms": 211765.4
+        "tokens_per_second": 0.4166,
+        "ttft_ms": 195225.7
     }
 }
 # fmt: on
