@@ -38,7 +38,6 @@ RECENT = Recent()
 LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 PENDING: dict[str | None, asyncio.Task[None] | None] = {}
 RETRIES: dict[tuple[str, str], int] = {}
-BACKENDS: dict[str, Any] = {}
 NODES = NodeClasses()
 VERSIONS = {"models": 0}
 """Bumped on every Model event: with the nodes' version it keys the reuse of a backend's last selection."""
@@ -198,7 +197,7 @@ def _retry_later(key: tuple[str, str], indexes: dict[str, Any], exc: Exception) 
     RETRIES[key] = attempt
     delay = min(5.0 * 2 ** (attempt - 1), 300.0)
     log.warning("reconcile of %s/%s failed (%r); retry %d in %.0f s", *key, exc, attempt, delay)
-    backends: kopf.Index[Any, Any] | None = BACKENDS.get("index")
+    backends: kopf.Index[Any, Any] | None = LAST_KWARGS.get("backends")
 
     async def later() -> None:
         await asyncio.sleep(delay)
@@ -213,7 +212,6 @@ _INDEXES = ("models", "deployments", "services", "pdbs")
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
-    BACKENDS.setdefault("index", kwargs["backends"])
     if not LAST_KWARGS:
         LAST_KWARGS.update({k: kwargs[k] for k in (*_INDEXES, "backends")}, context=contextvars.copy_context())
     return {k: kwargs[k] for k in _INDEXES}
