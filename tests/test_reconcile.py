@@ -7,11 +7,12 @@ a real control plane; this checks the level-triggered logic fast.
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import Any
 
 from factories import MODELS, node
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
+from inference_backend.reconcile import APPLIED_HASH, Child, GpuLedger, Recent, World, reconcile
 
 
 class Recorder:
@@ -145,6 +146,31 @@ def test_gpus_in_use_sums_the_other_deployments() -> None:
     w = World({}, {}, children)
     assert w.gpus_in_use(("ns", "self")) == {"NVIDIA-L4": 5}
     assert w.gpus_in_use(("ns", "b")) == {"NVIDIA-L4": 4, "NVIDIA-H100-80GB-HBM3": 8}
+
+
+def test_gpu_ledger_equals_the_sum_over_children_through_any_updates() -> None:
+    """The running totals the handlers keep give what a pass over every Deployment gives, after any sequence of
+    Deployments appearing, changing (product, GPUs, replicas, to none) and leaving."""
+    rng = random.Random(7)
+    products = ["NVIDIA-L4", "NVIDIA-A10G", "NVIDIA-H100-80GB-HBM3", None]
+    children: dict[tuple[str, str, str], Child] = {}
+    ledger = GpuLedger()
+    for _ in range(2000):
+        name = f"b{rng.randrange(12)}"
+        key = ("ns", name, "Deployment")
+        if rng.random() < 0.2:
+            children.pop(key, None)
+            ledger.set(("ns", name), None)
+        else:
+            product = rng.choice(products)
+            selector = {"nvidia.com/gpu.product": product} if product else {}
+            limits = {"nvidia.com/gpu": str(rng.randrange(3))} if product else {}
+            pod = {"nodeSelector": selector, "containers": [{"resources": {"limits": limits}}]}
+            children[key] = Child("h", {"spec": {"replicas": rng.randrange(3), "template": {"spec": pod}}})
+            ledger.set(("ns", name), children[key].gpus)
+        scan, kept = World({}, {}, children), World({}, {}, children, ledger=ledger)
+        for other in ("b0", "b5", "b11", "absent"):
+            assert kept.gpus_in_use(("ns", other)) == scan.gpus_in_use(("ns", other))
 
 
 def test_child_signature_moves_with_readiness_not_with_bookkeeping() -> None:

@@ -27,7 +27,16 @@ from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
 from inference_backend.kube import Kube
 from inference_backend.nodewatch import NodeClasses
-from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, child_signature, reconcile, slim_child
+from inference_backend.reconcile import (
+    APPLIED_HASH,
+    Child,
+    GpuLedger,
+    Recent,
+    World,
+    child_signature,
+    reconcile,
+    slim_child,
+)
 from inference_backend.render import MANAGED_BY
 
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
@@ -39,6 +48,8 @@ LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 PENDING: dict[str | None, asyncio.Task[None] | None] = {}
 RETRIES: dict[tuple[str, str], int] = {}
 NODES = NodeClasses()
+GPUS = GpuLedger()
+"""GPUs requested per backend's Deployment, kept from the Deployments' events (see on_deployment)."""
 VERSIONS = {"models": 0}
 """Bumped on every Model event: with the nodes' version it keys the reuse of a backend's last selection."""
 LAST_KWARGS: dict[str, Any] = {}
@@ -76,7 +87,7 @@ async def watch_nodes(**_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, "models")
-def models(body: kopf.Body, **_: Any) -> dict[str, tuple[str, ModelSpec | None]]:
+async def models(body: kopf.Body, **_: Any) -> dict[str, tuple[str, ModelSpec | None]]:
     """namespace -> (name, spec); validated once here, not on every reconcile (None when invalid)."""
     VERSIONS["models"] += 1
     try:
@@ -94,22 +105,22 @@ def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
-def deployments(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+async def deployments(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
     return _child(body)
 
 
 @kopf.index("", "v1", "services", labels=MANAGED)
-def services(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+async def services(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
     return _child(body)
 
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
-def pdbs(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+async def pdbs(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
     return _child(body)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def backends(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+async def backends(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     meta = {k: v for k, v in body["metadata"].items() if k != "managedFields"}  # the bulk, never read
     snapshot = {
         "apiVersion": body.get("apiVersion"),
@@ -153,7 +164,8 @@ def world(models: kopf.Index[Any, Any], deployments: kopf.Index[Any, Child], ser
           pdbs: kopf.Index[Any, Child]) -> World:  # fmt: skip
     grouped = NODES.grouped()
     version = (NODES.version, VERSIONS["models"])
-    return World(grouped, models, Children(deployments, services, pdbs), version=version, grouped=grouped)
+    children = Children(deployments, services, pdbs)
+    return World(grouped, models, children, version=version, grouped=grouped, ledger=GPUS)
 
 
 async def _run(body: Mapping[str, Any], trigger: str, **indexes: Any) -> None:
@@ -261,6 +273,8 @@ async def _owner(body: kopf.Body, trigger: str, type: str | None, kwargs: dict[s
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 async def on_deployment(body: kopf.Body, type: str | None, **kwargs: Any) -> None:
+    meta = body["metadata"]
+    GPUS.set((meta["namespace"], meta["name"]), None if type == "DELETED" else Child(None, dict(body)).gpus)
     await _owner(body, "deployment", type, kwargs)
 
 
