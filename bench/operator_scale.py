@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -144,6 +145,38 @@ class Operator:
                 self.proc.kill()
 
 
+class CpuSampler:
+    """CPU time of the control plane's processes, the operator and this script, from /proc (cores used between
+    start() and stop()): shows what the 2 cores were busy with while the backends were created."""
+
+    def __init__(self, operator_pid: int) -> None:
+        self.pids = {p.stem: int(p.read_text()) for p in (E2E_DIR / "pids").glob("*.pid") if p.read_text().strip()}
+        self.pids |= {"operator": operator_pid, "bench": os.getpid()}
+        self.t0 = 0.0
+        self.cpu0: dict[str, float] = {}
+
+    def _cpu(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for name, pid in self.pids.items():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[name] = (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                continue
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        out["idle"] = (int(fields[3]) + int(fields[4])) / tick
+        out["steal"] = int(fields[7]) / tick  # taken by the hypervisor: this VM's cores are shared
+        return out
+
+    def start(self) -> None:
+        self.t0, self.cpu0 = time.monotonic(), self._cpu()
+
+    def stop(self) -> dict[str, float]:
+        wall, cpu = time.monotonic() - self.t0, self._cpu()
+        return {k: round((cpu[k] - self.cpu0[k]) / wall, 3) for k in cpu if k in self.cpu0}
+
+
 def sa_kubeconfig() -> str:
     token = sh(tool("kubectl"), "create", "token", "ib-inference-backend", "-n", "ib-system", "--duration=8h").strip()
     config = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
@@ -195,8 +228,9 @@ async def add_nodes(count: int, parallel: int = 16) -> float:
     return time.monotonic() - t0
 
 
-async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[float], float, float]:
-    """Create ``count`` InferenceBackends at ``rate``/s; latency of each to its Deployment's ADDED event."""
+async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[tuple[float, float]], float, float]:
+    """Create ``count`` InferenceBackends at ``rate``/s; for each in creation order (seconds after the first create,
+    latency to its Deployment's ADDED event)."""
     client = AsyncClient(field_manager="bench")
     created: dict[str, float] = {}
     seen: dict[str, float] = {}
@@ -226,7 +260,8 @@ async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[float
     await asyncio.wait_for(done.wait(), timeout=900)
     watcher.cancel()
     await client.close()
-    return sorted(seen[n] - created[n] for n in created), t0, max(seen.values())
+    series = [(created[n] - t0, seen[n] - created[n]) for n in sorted(created, key=created.get)]  # type: ignore[arg-type]
+    return series, t0, max(seen.values())
 
 
 async def wait_statuses(ns: str, count: int, timeout: float = 600) -> tuple[float, int]:
@@ -276,7 +311,11 @@ def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -
         base = op.reconciles()
         audit.mark()
         log(f"{nodes} nodes: creating {backends} InferenceBackends at {rate:g}/s")
-        latencies, t0, last_deployment = asyncio.run(create_and_watch(ns, backends, rate))
+        cpu = CpuSampler(op.proc.pid)
+        cpu.start()
+        series, t0, last_deployment = asyncio.run(create_and_watch(ns, backends, rate))
+        cores = cpu.stop()
+        latencies = sorted(lat for _, lat in series)
         settled, _ = asyncio.run(wait_statuses(ns, backends))
         time.sleep(10)  # children's status events (replicas, readiness) arrive and are rolled up
         _, ready = asyncio.run(wait_statuses(ns, backends, timeout=0))
@@ -306,6 +345,8 @@ def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -
         "nodes": nodes, "backends": backends, "ratePerS": rate,
         "applyToDeploymentMs": {"p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000,
                                 "max": latencies[-1] * 1000, "mean": sum(latencies) / len(latencies) * 1000},
+        "coresWhileCreating": cores,
+        "latencySeries": {"createdS": [round(c, 3) for c, _ in series], "ms": [round(v * 1000, 1) for _, v in series]},
         "allDeploymentsS": last_deployment - t0, "allStatusesS": settled - t0, "readyBackends": ready,
         "operatorPeakMiB": max(peak, resync_peak),
         "reconciles": reconciles,
@@ -343,6 +384,7 @@ def print_point(p: dict[str, Any]) -> None:
           f"{p['apiRequestsPerBackend']:.2f} requests/IB ({p['apiWritesPerBackend']:.2f} writes), "
           f"{p['apiRequestsPerReconcile']:.2f} requests/reconcile; no-op resync: {p['noopResync']['apiWrites']} "
           f"writes over {p['noopResync']['reconciles']} reconciles", flush=True)  # fmt: skip
+    print("     cores while creating: " + ", ".join(f"{k} {v:.2f}" for k, v in p["coresWhileCreating"].items()))
 
 
 def main() -> None:
@@ -378,8 +420,15 @@ def main() -> None:
     }  # fmt: skip
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        args.out.write_text(_dump(result))
         log(f"wrote {args.out}")
+
+
+def _dump(result: dict[str, Any]) -> str:
+    """JSON, indented, with lists of numbers on one line each (the latency series stay readable in a diff)."""
+    text = json.dumps(result, indent=2)
+    flat = re.sub(r"\[([-0-9.,\s]+)\]", lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+    return flat + "\n"
 
 
 def _cpu_model() -> str:
