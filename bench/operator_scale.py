@@ -260,7 +260,7 @@ async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[tuple
     await asyncio.wait_for(done.wait(), timeout=900)
     watcher.cancel()
     await client.close()
-    series = [(created[n] - t0, seen[n] - created[n]) for n in sorted(created, key=created.get)]  # type: ignore[arg-type]
+    series = [(at - t0, seen[name] - at) for name, at in created.items()]  # filled in creation order
     return series, t0, max(seen.values())
 
 
