@@ -3,6 +3,8 @@ playing the kubelets): for each node count (ascending, nodes added to one cluste
 a fresh operator process and a fresh namespace:
 
 - apply-to-Deployment latency: from the create of an InferenceBackend to its Deployment appearing (a watch);
+- apply-to-Deployment on the loaded cluster: once every backend is settled, some of them changed one at a time
+  (``--applies`` at ``--apply-rate``), from the patch to the Deployment carrying the change;
 - time to reconcile all: first create to last Deployment, and to every status naming its backend;
 - operator peak memory (VmHWM);
 - API requests of the operator (its ServiceAccount, from the API server's audit log, reads included when e2e/up
@@ -39,6 +41,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.types import PatchType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "e2e" / "nodes"))
@@ -56,6 +59,7 @@ SPECS = [  # a mix of engines and placements
     {"backend": "tgi", "model": {"uri": "hf://mistralai/Mistral-7B-Instruct-v0.3", "parameters": "7.25B",
                                   "contextLength": 4096}},
 ]  # fmt: skip
+APPLY_ENV = "IB_BENCH_APPLY"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
@@ -264,6 +268,47 @@ async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[tuple
     return series, t0, max(seen.values())
 
 
+def _bench_env(dep: Any) -> str | None:
+    for c in dep.spec.template.spec.containers:
+        for e in c.env or []:
+            if e.name == APPLY_ENV:
+                return str(e.value)
+    return None
+
+
+async def apply_on_loaded(ns: str, names: list[str], rate: float) -> list[float]:
+    """Once every backend is settled: change one InferenceBackend at a time (an env var in ``spec.engine.env``, so its
+    pod template changes) at ``rate``/s; for each, seconds from the patch to its Deployment carrying the change."""
+    client = AsyncClient(field_manager="bench")
+    sent: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        async for _op, dep in client.watch(Deployment, namespace=ns):
+            name = dep.metadata.name
+            if name in sent and name not in seen and _bench_env(dep) == name:
+                seen[name] = time.monotonic()
+                if len(seen) == len(names):
+                    done.set()
+                    return
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.sleep(3)  # the watch's initial ADDED events for the existing Deployments go by
+    t0 = time.monotonic()
+    for i, name in enumerate(names):
+        patch = {"spec": {"engine": {"env": [{"name": APPLY_ENV, "value": name}]}}}
+        sent[name] = time.monotonic()
+        await client.patch(IB, name, patch, namespace=ns, patch_type=PatchType.MERGE)
+        delay = t0 + (i + 1) / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await asyncio.wait_for(done.wait(), timeout=300)
+    watcher.cancel()
+    await client.close()
+    return [seen[n] - sent[n] for n in names]
+
+
 async def wait_statuses(ns: str, count: int, timeout: float = 600) -> tuple[float, int]:
     """Until every InferenceBackend's status names its backend for its generation; returns (when, Ready count)."""
     client = AsyncClient()
@@ -299,7 +344,9 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -> dict[str, Any]:
+def run_point(
+    nodes: int, backends: int, rate: float, audit: Audit, port: int, applies: int, apply_rate: float
+) -> dict[str, Any]:
     ns = f"scale-{nodes}-{backends}"
     sh(tool("kubectl"), "create", "namespace", ns)
     models = list(yaml.safe_load_all((ROOT / "docs/examples/models.yaml").read_text()))
@@ -322,6 +369,10 @@ def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -
         events = audit.since_mark()
         reconciles = op.reconciles() - base
         writes = [e for e in events if e["verb"] in WRITES]
+        step = max(1, backends // applies)
+        targets = [f"ib-{i:05d}" for i in range(0, backends, step)][:applies]
+        log(f"{backends} backends settled: changing {len(targets)} of them, one at a time at {apply_rate:g}/s")
+        loaded = sorted(asyncio.run(apply_on_loaded(ns, targets, apply_rate)))
         peak = op.peak_rss_mib()
     finally:
         op.stop()
@@ -346,6 +397,8 @@ def run_point(nodes: int, backends: int, rate: float, audit: Audit, port: int) -
         "applyToDeploymentMs": {"p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000,
                                 "max": latencies[-1] * 1000, "mean": sum(latencies) / len(latencies) * 1000},
         "coresWhileCreating": cores,
+        "applyOnLoadedMs": {"applies": len(loaded), "ratePerS": apply_rate, "p50": pct(loaded, 0.5) * 1000,
+                            "p99": pct(loaded, 0.99) * 1000, "max": loaded[-1] * 1000},
         "latencySeries": {"createdS": [round(c, 3) for c, _ in series], "ms": [round(v * 1000, 1) for _, v in series]},
         "allDeploymentsS": last_deployment - t0, "allStatusesS": settled - t0, "readyBackends": ready,
         "operatorPeakMiB": max(peak, resync_peak),
@@ -384,6 +437,12 @@ def print_point(p: dict[str, Any]) -> None:
           f"{p['apiRequestsPerBackend']:.2f} requests/IB ({p['apiWritesPerBackend']:.2f} writes), "
           f"{p['apiRequestsPerReconcile']:.2f} requests/reconcile; no-op resync: {p['noopResync']['apiWrites']} "
           f"writes over {p['noopResync']['reconciles']} reconciles", flush=True)  # fmt: skip
+    if "applyOnLoadedMs" in p:
+        la = p["applyOnLoadedMs"]
+        print(
+            f"     {la['applies']} changes on the loaded cluster at {la['ratePerS']:g}/s: apply-to-Deployment "
+            f"p50 {la['p50']:.0f} ms, p99 {la['p99']:.0f} ms, max {la['max']:.0f} ms"
+        )
     print("     cores while creating: " + ", ".join(f"{k} {v:.2f}" for k, v in p["coresWhileCreating"].items()))
 
 
@@ -392,6 +451,8 @@ def main() -> None:
     parser.add_argument("--backends", default="100,500,1000", help="comma-separated InferenceBackend counts")
     parser.add_argument("--nodes", default="100,1000,5000", help="comma-separated node counts (ascending)")
     parser.add_argument("--rate", type=float, default=10.0, help="InferenceBackends created per second")
+    parser.add_argument("--applies", type=int, default=100, help="changes applied once all backends are settled")
+    parser.add_argument("--apply-rate", type=float, default=1.0, help="those changes per second")
     parser.add_argument("--diagonal", action="store_true", help="pair the i-th node count with the i-th backend count")
     parser.add_argument("--metrics-port", type=int, default=28090)
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
@@ -408,7 +469,7 @@ def main() -> None:
         node_ready[n] = asyncio.run(add_nodes(n))
         log(f"{n} nodes Ready ({node_ready[n]:.0f} s)")
         for b in [counts[i]] if args.diagonal else counts:
-            points.append(run_point(n, b, args.rate, audit, args.metrics_port))
+            points.append(run_point(n, b, args.rate, audit, args.metrics_port, args.applies, args.apply_rate))
             print_point(points[-1])
     result = {
         "schema": "inference-backend.bench.operator-scale/v1",
