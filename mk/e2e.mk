@@ -25,10 +25,12 @@ e2e: venv
 # The operator at scale on a fresh local cluster (figures printed and written as JSON + PNG, nothing asserted).
 # Nodes are added in ascending counts to one cluster; each point gets a fresh operator and namespace. KWOK's node
 # Leases last 20 min (renewed every 5 min: 5,000 nodes at the default 40 s would be 500 Lease writes/s on 2 cores).
-# Holds /tmp/ib-bench.lock so that no other benchmark runs beside it.
+# Holds /tmp/ib-bench.lock so that no other benchmark runs beside it. RATE: InferenceBackends created per second;
+# at 2/s the 2 cores (control plane, 5,000 KWOK kubelets and the operator together) keep spare CPU, at 5/s they
+# saturate (bench/results/operator-tail/README.md; RATE=5 SCALE_ARGS=--diagonal gave operator-scale-5ps.json).
 BACKENDS ?= 100,500,1000
 NODES ?= 100,1000,5000
-RATE ?= 5
+RATE ?= 2
 SCALE_ARGS ?=
 SCALE_OUT ?= bench/results/operator-scale.json
 bench-operator: venv e2e-binaries
