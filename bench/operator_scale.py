@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -232,38 +233,56 @@ async def add_nodes(count: int, parallel: int = 16) -> float:
     return time.monotonic() - t0
 
 
-async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[tuple[float, float]], float, float]:
-    """Create ``count`` InferenceBackends at ``rate``/s; for each in creation order (seconds after the first create,
-    latency to its Deployment's ADDED event)."""
+Send = Callable[[AsyncClient, int, str], Awaitable[Any]]
+Carries = Callable[[str, Any], bool]
+
+
+async def paced(
+    ns: str, names: list[str], rate: float, send: Send, carries: Carries, warmup: float, timeout: float
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """``send`` one request per name at ``rate``/s while watching the namespace's Deployments; returns the first
+    send's time and, per name, when it was sent and when its Deployment first ``carries`` it."""
     client = AsyncClient(field_manager="bench")
-    created: dict[str, float] = {}
+    wanted = set(names)
+    sent: dict[str, float] = {}
     seen: dict[str, float] = {}
     done = asyncio.Event()
 
     async def watch() -> None:
         async for op, dep in client.watch(Deployment, namespace=ns):
             name = dep.metadata.name
-            if op == "ADDED" and name not in seen:
+            if name in wanted and name not in seen and carries(op, dep):
                 seen[name] = time.monotonic()
-                if len(seen) == count:
+                if len(seen) == len(names):
                     done.set()
                     return
 
     watcher = asyncio.create_task(watch())
-    await asyncio.sleep(1)
+    await asyncio.sleep(warmup)  # the watch is open (and its initial ADDED events for existing Deployments are by)
     t0 = time.monotonic()
-    for i in range(count):
-        name = f"ib-{i:05d}"
-        spec = json.loads(json.dumps(SPECS[i % len(SPECS)]))
-        spec.setdefault("hardware", {})["tolerations"] = [KWOK]
-        created[name] = time.monotonic()
-        await client.create(IB(metadata={"name": name, "namespace": ns}, spec=spec))
+    for i, name in enumerate(names):
+        sent[name] = time.monotonic()
+        await send(client, i, name)
         delay = t0 + (i + 1) / rate - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-    await asyncio.wait_for(done.wait(), timeout=900)
+    await asyncio.wait_for(done.wait(), timeout=timeout)
     watcher.cancel()
     await client.close()
+    return t0, sent, seen
+
+
+async def create_and_watch(ns: str, count: int, rate: float) -> tuple[list[tuple[float, float]], float, float]:
+    """Create ``count`` InferenceBackends at ``rate``/s; for each in creation order (seconds after the first create,
+    latency to its Deployment's ADDED event)."""
+
+    async def create(client: AsyncClient, i: int, name: str) -> None:
+        spec = json.loads(json.dumps(SPECS[i % len(SPECS)]))
+        spec.setdefault("hardware", {})["tolerations"] = [KWOK]
+        await client.create(IB(metadata={"name": name, "namespace": ns}, spec=spec))
+
+    names = [f"ib-{i:05d}" for i in range(count)]
+    t0, created, seen = await paced(ns, names, rate, create, lambda op, _: op == "ADDED", warmup=1, timeout=900)
     series = [(at - t0, seen[name] - at) for name, at in created.items()]  # filled in creation order
     return series, t0, max(seen.values())
 
@@ -279,33 +298,15 @@ def _bench_env(dep: Any) -> str | None:
 async def apply_on_loaded(ns: str, names: list[str], rate: float) -> list[float]:
     """Once every backend is settled: change one InferenceBackend at a time (an env var in ``spec.engine.env``, so its
     pod template changes) at ``rate``/s; for each, seconds from the patch to its Deployment carrying the change."""
-    client = AsyncClient(field_manager="bench")
-    sent: dict[str, float] = {}
-    seen: dict[str, float] = {}
-    done = asyncio.Event()
 
-    async def watch() -> None:
-        async for _op, dep in client.watch(Deployment, namespace=ns):
-            name = dep.metadata.name
-            if name in sent and name not in seen and _bench_env(dep) == name:
-                seen[name] = time.monotonic()
-                if len(seen) == len(names):
-                    done.set()
-                    return
-
-    watcher = asyncio.create_task(watch())
-    await asyncio.sleep(3)  # the watch's initial ADDED events for the existing Deployments go by
-    t0 = time.monotonic()
-    for i, name in enumerate(names):
+    async def change(client: AsyncClient, _i: int, name: str) -> None:
         patch = {"spec": {"engine": {"env": [{"name": APPLY_ENV, "value": name}]}}}
-        sent[name] = time.monotonic()
         await client.patch(IB, name, patch, namespace=ns, patch_type=PatchType.MERGE)
-        delay = t0 + (i + 1) / rate - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    await asyncio.wait_for(done.wait(), timeout=300)
-    watcher.cancel()
-    await client.close()
+
+    def carries(_op: str, dep: Any) -> bool:
+        return bool(_bench_env(dep) == dep.metadata.name)
+
+    _, sent, seen = await paced(ns, names, rate, change, carries, warmup=3, timeout=300)
     return [seen[n] - sent[n] for n in names]
 
 
