@@ -37,8 +37,8 @@ unit: venv
 	$(PY) -m pytest -q tests --ignore=tests/contracts --ignore=tests/runners
 
 crds: venv
-	$(PY) -m inference_backend.api.crd --write crds/
-	$(PY) -m inference_backend.api.crd --write charts/inference-backend/crds/
+	$(PY) -m inference_backend.crdgen --write crds/
+	$(PY) -m inference_backend.crdgen --write charts/inference-backend/crds/
 
 demo: venv
 	PY=$(PY) hack/demo

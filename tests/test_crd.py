@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from inference_backend.api.crd import inference_backend_crd, model_crd, render_all
+from inference_backend.crdgen import inference_backend_crd, model_crd, render_all
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -44,7 +44,7 @@ CASES = [
     # --- format branch
     Case("safetensors-gpu-vllm", m(model=m(modelRef="llama-3-1-8b")), MIXED, "vllm", "gpu", "NVIDIA-L4", 1,
          reason="format safetensors, quantization none: candidates vllm, tgi, pytorch",
-         rejected={"llamacpp": "format safetensors is not one it serves", "tgi": "catalog order"}),
+         rejected={"llamacpp": "format safetensors is not one it serves", "tgi": "registry order"}),
     Case("gguf-llamacpp-cpu-only", m(model=m(modelRef="llama-3-2-3b-gguf")), CPU, "llamacpp", "cpu",
          reason="candidates llamacpp", rejected={"vllm": "format gguf"}),
     Case("gguf-on-gpu-when-auto", m(model=m(modelRef="llama-3-2-3b-gguf")), MIXED, "llamacpp", "gpu", "NVIDIA-L4", 1),

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from inference_backend.api.model import ModelSpec
-from inference_backend.selection.decision import InvalidSpec
+from inference_backend.decision import InvalidSpec
 
 from tests.contracts.conftest import require
 from tests.contracts.gguf_models import write_target_and_draft

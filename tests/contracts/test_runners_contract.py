@@ -10,9 +10,9 @@ import argparse
 from collections.abc import Sequence
 
 import pytest
+from inference_backend.decision import InvalidSpec
 from inference_backend.runners.onnx.args import build_parser as onnx_parser
 from inference_backend.runners.pytorch.args import build_parser as pytorch_parser
-from inference_backend.selection.decision import InvalidSpec
 
 from tests.contracts.rendered import render_case
 from tests.contracts.runner_cases import CASES, RUNNER_MODELS, localize, render_runner_case

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from inference_backend.selection.decision import InvalidSpec
+from inference_backend.decision import InvalidSpec
 
 from tests.contracts.rendered import render_case
 from tests.contracts.tgi import check_tgi_args

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision, InvalidSpec, Placement
 from inference_backend.engines.artifacts import Artifact
-from inference_backend.selection.decision import Decision, InvalidSpec, Placement
 
 HTTP_PORT = 8000
 HOST = "0.0.0.0"

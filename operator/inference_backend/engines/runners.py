@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from inference_backend import __version__
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
@@ -23,7 +24,6 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.selection.decision import Decision
 
 VERSION = __version__
 ALIASES = {"--no-enable-prefix-caching": "--enable-prefix-caching"}  # argparse.BooleanOptionalAction pair
@@ -38,7 +38,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
     model = decision.model
     assert model is not None and decision.batching is not None
     notes: list[str] = []
-    art = artifacts.resolve(model, engine)
+    art = artifacts.resolve(model, False)  # our runners take a local directory
     a = ArgBuilder()
     directory = art.directory
     assert directory is not None  # runners always get local weights (artifacts: fetched for hf://)

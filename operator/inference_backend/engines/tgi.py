@@ -11,6 +11,7 @@ tests/contracts/data/tgi-3.3.7-launcher.json.
 from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
@@ -26,9 +27,10 @@ from inference_backend.engines.base import (
     placement,
     shm_volume,
 )
-from inference_backend.selection.decision import Decision
+from inference_backend.engines.card import Endpoints, EngineCard, Profile
 
 ENGINE = "tgi"
+OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "3.3.7"
 IMAGE = f"ghcr.io/huggingface/text-generation-inference:{VERSION}"
 COMMAND = ("text-generation-launcher",)
@@ -52,7 +54,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     model = decision.model
     assert model is not None and decision.batching is not None
     notes: list[str] = []
-    art = artifacts.resolve(model, ENGINE)
+    art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
     a.add("--model-id", art.reference, source="spec.model.uri")  # main.rs model_id
     a.add("--hostname", HOST, source="the operator (listen on all addresses)")  # main.rs hostname
@@ -124,3 +126,24 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
 def _env_name(flag: str) -> str:
     """clap's `env` name of a long flag: --max-batch-size -> MAX_BATCH_SIZE."""
     return flag.lstrip("-").replace("-", "_").upper()
+
+
+_TGI_PROFILE = (
+    "published: vLLM blog 2023-06-20 'vLLM: Easy, Fast, and Cheap LLM Serving with PagedAttention' (vLLM up to 3.5x "
+    "the throughput of TGI) and Anyscale 2023 'How continuous batching enables 23x throughput in LLM inference' "
+    "(A100); TGI at 1/3.5 of vLLM at saturation, rounded up; not measured here (no GPU lent yet: bench/gpu/h200.sh)"
+)
+# Continuous batching; --speculate is n-gram (or Medusa heads), no separate draft model; flash-attention kernels need
+# Ampere (8.0)+; no int8 weight scheme of ours maps to its --quantize. Single node only (sharded over local GPUs).
+CARD = EngineCard(
+    name=ENGINE, title="TGI", version=VERSION,
+    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
+    batching=("continuous",), prefix_cache=True, speculative=frozenset({"ngram"}),
+    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset({"fp8"}),
+    multi_gpu=True, multi_node=False, min_compute=(8, 0), bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float16",
+    images={"gpu": IMAGE}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
+    profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
+    summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
+    render=container,
+)  # fmt: skip
