@@ -43,7 +43,7 @@ def m(**kw: Any) -> dict[str, Any]:
 CASES = [
     # --- format branch
     Case("safetensors-gpu-vllm", m(model=m(modelRef="llama-3-1-8b")), MIXED, "vllm", "gpu", "NVIDIA-L4", 1,
-         reason="format safetensors, quantization none: candidates vllm, tgi, pytorch",
+         reason="format safetensors, quantization none: candidates vllm, tgi, sglang, pytorch",
          rejected={"llamacpp": "format safetensors is not one it serves", "tgi": "registry order"}),
     Case("gguf-llamacpp-cpu-only", m(model=m(modelRef="llama-3-2-3b-gguf")), CPU, "llamacpp", "cpu",
          reason="candidates llamacpp", rejected={"vllm": "format gguf"}),

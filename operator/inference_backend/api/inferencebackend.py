@@ -23,7 +23,7 @@ from inference_backend.api.common import (
 )
 from inference_backend.api.model import ObjectMeta
 
-Engine = Literal["vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
+Engine = Literal["vllm", "tgi", "sglang", "llamacpp", "onnxruntime", "pytorch"]
 """The engines' names, in registry order: equal to inference_backend.engines.NAMES (tests/test_engine_cards.py).
 What each engine can do is on its card (engines/<name>.py), not here."""
 Backend = Literal["auto", Engine]

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
-from inference_backend.engines import llamacpp, onnxruntime, pytorch, rules, tgi, vllm
+from inference_backend.engines import llamacpp, onnxruntime, pytorch, rules, sglang, tgi, vllm
 from inference_backend.engines.base import EngineContainer, Renderer
 from inference_backend.engines.card import EngineCard, Profile
 
-REGISTRY: tuple[EngineCard, ...] = (vllm.CARD, tgi.CARD, llamacpp.CARD, onnxruntime.CARD, pytorch.CARD)
+REGISTRY: tuple[EngineCard, ...] = (vllm.CARD, tgi.CARD, sglang.CARD, llamacpp.CARD, onnxruntime.CARD, pytorch.CARD)
 
 CARDS: Mapping[str, EngineCard] = MappingProxyType({c.name: c for c in REGISTRY})
 NAMES: tuple[str, ...] = tuple(c.name for c in REGISTRY)

@@ -174,13 +174,13 @@ _VLLM_BLOG = (
 # Continuous batching only (its scheduler admits requests every step, which subsumes dynamic batching); spec decode
 # with a draft model or n-gram lookup; compute capability >= 7.0. No bitsandbytes: 0.33.0's QUANTIZATION_METHODS has
 # none (its parser rejects `--quantization bitsandbytes`; docs/engine-flags/vllm-0.33.0.md and
-# tests/contracts/test_vllm_harness.py). Multi-node (Ray / --pipeline-parallel-size) is not rendered yet.
+# tests/contracts/test_vllm_harness.py). Multi-node (Ray, --pipeline-parallel-size) exists in 0.33.0; not rendered yet.
 CARD = EngineCard(
     name=ENGINE, title="vLLM", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
     batching=("continuous",), prefix_cache=True, speculative=frozenset({"draft", "ngram"}),
     quantizations=_GPU_QUANT, kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
-    multi_gpu=True, multi_node=False, min_compute=(7, 0), bf16_min_compute=(8, 0),
+    multi_gpu=True, multi_node=True, min_compute=(7, 0), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
     images={"gpu": IMAGE}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
