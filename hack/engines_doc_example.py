@@ -39,6 +39,7 @@ README_BEGIN, README_END = "<!-- ENGINES BEGIN (hack/engines_doc_example.py --re
 README_EXAMPLES = {
     "vLLM": "vllm-gpu-draft",
     "TGI": "tgi-ngram",
+    "SGLang": "sglang-gpu-draft",
     "llama.cpp": "llamacpp-cpu-draft",
     "ONNX Runtime server": "onnxruntime-gpu-s3",
     "PyTorch runner": "pytorch-gpu-hf-continuous",
