@@ -25,6 +25,18 @@ Json = dict[str, Any]
 
 
 @dataclass(frozen=True)
+class Endpoints:
+    """Where the engine answers, on its container port."""
+
+    port: int
+    health: str
+    """GET path that answers 200 once the model is loaded (startup, readiness and liveness probes)."""
+    metrics: str
+    """GET path of the Prometheus metrics."""
+    openai: tuple[str, ...] = ("/v1/completions", "/v1/chat/completions", "/v1/models")
+
+
+@dataclass(frozen=True)
 class Probe:
     path: str
     port: int
@@ -301,13 +313,14 @@ def assemble(
     volumes: tuple[Json, ...] = (),
     mounts: tuple[Json, ...] = (),
     init: tuple[Json, ...] = (),
+    endpoints: Endpoints,
     reserved_env: Mapping[str, str] | None = None,
     kv_bytes: float | None = None,
 ) -> EngineContainer:
     """The container every engine shares the shape of: ``spec.engine`` overrides applied last (and checked),
-    probes on GET /health and metrics at /metrics, both on the API port, resources from the decision."""
+    probes on the card's health endpoint and metrics at its metrics path, resources from the decision."""
     image, argv, env = apply_overrides(spec, image, args, env, aliases, reserved_env)
-    startup, ready, live = health_probes("/health")
+    startup, ready, live = health_probes(endpoints.health, endpoints.port)
     return EngineContainer(
         engine=engine,
         version=version,
@@ -324,8 +337,8 @@ def assemble(
         volumes=volumes,
         volume_mounts=mounts,
         init_containers=init,
-        metrics_port=HTTP_PORT,
-        metrics_path="/metrics",
+        metrics_port=endpoints.port,
+        metrics_path=endpoints.metrics,
         unsupported=tuple(notes),
         flags=tuple(args.flags),
     )

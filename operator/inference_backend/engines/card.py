@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from inference_backend.engines.base import Renderer
+from inference_backend.engines.base import Endpoints, Renderer
 
 Accelerator = Literal["gpu", "cpu"]
 Float32OnGpu = Literal["float32", "float16"]
@@ -38,18 +38,6 @@ class Profile:
 
 REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "this project's 2-core build machine, scaled to 7B"}
 NOT_MEASURED_ON_GPU = "estimate: not measured on a GPU yet (bench/gpu/h200.sh measures it when a GPU is lent); "
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Where the engine answers, on its container port."""
-
-    port: int
-    health: str
-    """GET path that answers 200 once the model is loaded (startup, readiness and liveness probes)."""
-    metrics: str
-    """GET path of the Prometheus metrics."""
-    openai: tuple[str, ...] = ("/v1/completions", "/v1/chat/completions", "/v1/models")
 
 
 @dataclass(frozen=True)
@@ -119,3 +107,15 @@ _MAY_BE_EMPTY = frozenset({"speculative", "prefix_cache", "multi_gpu", "multi_no
 
 def _empty(value: object) -> bool:
     return value is None or (isinstance(value, (str, tuple, frozenset, dict)) and not value)
+
+
+__all__ = [
+    "NOT_MEASURED_ON_GPU",
+    "REFERENCE",
+    "Accelerator",
+    "Endpoints",
+    "EngineCard",
+    "Float32OnGpu",
+    "Profile",
+    "Renderer",
+]  # fmt: skip

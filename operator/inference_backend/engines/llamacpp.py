@@ -19,6 +19,7 @@ from inference_backend.engines.base import (
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
     artifact_parts,
     assemble,
@@ -30,7 +31,7 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, Endpoints, EngineCard, Profile
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "llamacpp"
@@ -42,6 +43,7 @@ OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = f"b{LLAMA_CPP_BUILD}"
 IMAGE_CPU = f"ghcr.io/ggml-org/llama.cpp:server-{VERSION}"
 IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("/app/llama-server",)  # the server images' entrypoint (.devops/*.Dockerfile: /app/llama-server)
 # Every spelling in arg.cpp of the flags we set -> one name (short, long, --no- forms).
 ALIASES = {
@@ -153,7 +155,8 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE_CUDA if on_gpu else IMAGE_CPU, command=COMMAND, args=a,
-        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, init=init, kv_bytes=kv_bytes,
+        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init,
+        kv_bytes=kv_bytes,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
         mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
     )  # fmt: skip
@@ -196,7 +199,7 @@ CARD = EngineCard(
     quantizations=GGUF_QUANTIZATIONS | {"none"}, kv_dtypes=frozenset({"float16", "bfloat16", "q8_0", "q4_0"}),
     multi_gpu=True, multi_node=False, min_compute=(5, 0), bf16_min_compute=(0, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, endpoints=ENDPOINTS,
     profiles={
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
         "cpu": Profile(**MEASURED_CPU[ENGINE]),

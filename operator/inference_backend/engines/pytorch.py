@@ -9,8 +9,8 @@ from __future__ import annotations
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
-from inference_backend.engines.base import HTTP_PORT, ArgBuilder, EngineContainer, placement
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, Endpoints, EngineCard, Profile
+from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "pytorch"
@@ -49,7 +49,7 @@ CARD = EngineCard(
     speculative=frozenset({"draft"}), quantizations=frozenset({"none"}), kv_dtypes=frozenset({"float16", "bfloat16"}),
     multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
     own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE, "cpu": IMAGE}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
+    images={"gpu": IMAGE, "cpu": IMAGE}, endpoints=runners.ENDPOINTS,
     profiles={
         "gpu": Profile(80, 110, 15.0, 2, NOT_MEASURED_ON_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
         "cpu": Profile(**MEASURED_CPU[ENGINE]),

@@ -15,6 +15,7 @@ from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
     artifact_parts,
     assemble,
@@ -26,6 +27,8 @@ from inference_backend.engines.base import (
 )
 
 VERSION = __version__
+# common/server.py: GET /health (503 until loaded), GET /metrics, both on the API port.
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 ALIASES = {"--no-enable-prefix-caching": "--enable-prefix-caching"}  # argparse.BooleanOptionalAction pair
 DTYPES = ("float32", "float16", "bfloat16")  # common/args.py --dtype choices (besides auto)
 
@@ -73,6 +76,6 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
     # common/server.py: GET /health (503 until loaded), GET /metrics on the API port
     return assemble(
         engine=engine, version=VERSION, image=image, command=command, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init,
+        decision=decision, spec=spec, notes=notes, init=init, endpoints=ENDPOINTS,
         volumes=merge_named(art_vols, shm_vols), mounts=merge_named(art_mounts, shm_mounts),
     )  # fmt: skip

@@ -19,6 +19,7 @@ from inference_backend.engines.base import (
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
     artifact_parts,
     assemble,
@@ -29,12 +30,13 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.engines.card import Endpoints, EngineCard, Profile
+from inference_backend.engines.card import EngineCard, Profile
 
 ENGINE = "sglang"
 OWN_HF_LOADER = True  # --model-path takes a Hugging Face repo id and downloads it (fields/model.py model_path)
 VERSION = "0.5.23"
 IMAGE = f"lmsysorg/sglang:v{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("python3", "-m", "sglang.launch_server")
 # Every spelling of the flags we set -> one name (the Arg(aliases=...) of each field).
 ALIASES = {
@@ -106,7 +108,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     # entrypoints/http_server.py: GET /health (200 once the scheduler answers), GET /metrics with --enable-metrics.
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init,
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
         mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
     )  # fmt: skip
@@ -152,7 +154,7 @@ CARD = EngineCard(
     quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset(KV_DTYPES),
     multi_gpu=True, multi_node=True, min_compute=(7, 5), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
+    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container,

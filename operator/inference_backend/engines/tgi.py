@@ -18,6 +18,7 @@ from inference_backend.engines.base import (
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
     artifact_parts,
     assemble,
@@ -27,12 +28,13 @@ from inference_backend.engines.base import (
     placement,
     shm_volume,
 )
-from inference_backend.engines.card import Endpoints, EngineCard, Profile
+from inference_backend.engines.card import EngineCard, Profile
 
 ENGINE = "tgi"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "3.3.7"
 IMAGE = f"ghcr.io/huggingface/text-generation-inference:{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("text-generation-launcher",)
 # Metrics: the router serves GET /metrics on the API port (router/src/server.rs, the `metrics` route rendering the
 # PrometheusHandle), so no metrics flag is rendered. `--prometheus-port` is NOT rendered: it is absent from the
@@ -117,7 +119,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     # router: GET /health, GET /metrics on the API port
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init, reserved_env=reserved,
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init, reserved_env=reserved,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
         mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
     )  # fmt: skip
@@ -142,7 +144,7 @@ CARD = EngineCard(
     quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset({"fp8"}),
     multi_gpu=True, multi_node=False, min_compute=(8, 0), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
+    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container,

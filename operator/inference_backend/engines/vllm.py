@@ -19,6 +19,7 @@ from inference_backend.engines.base import (
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
     artifact_parts,
     assemble,
@@ -29,12 +30,13 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.engines.card import Endpoints, EngineCard, Profile
+from inference_backend.engines.card import EngineCard, Profile
 
 ENGINE = "vllm"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "0.33.0"
 IMAGE = f"vllm/vllm-openai:v{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("vllm", "serve")
 # Every spelling of the flags we set -> one name (0.33.0 engine/arg_utils.py: "-tp", "-q", "-sc",
 # --device-memory-utilization aliases; EnableDisableAction adds --disable-<x> and the legacy --no-enable-<x>;
@@ -129,7 +131,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init,
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init,
         volumes=merge_named((cache_vol,), art_vols, shm_vols),
         mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
     )  # fmt: skip
@@ -182,7 +184,7 @@ CARD = EngineCard(
     quantizations=_GPU_QUANT, kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
     multi_gpu=True, multi_node=True, min_compute=(7, 0), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, endpoints=Endpoints(HTTP_PORT, "/health", "/metrics"),
+    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container,
