@@ -298,6 +298,25 @@ def artifact_parts(*artifacts: Artifact | None) -> tuple[tuple[Json, ...], tuple
     )
 
 
+@dataclass(frozen=True)
+class PodParts:
+    """What an engine that downloads into the model cache adds to its pod: the artifacts' env, volumes, mounts and
+    init containers, the model-cache emptyDir and (several GPUs per replica) a memory-backed /dev/shm."""
+
+    env: tuple[Json, ...]
+    volumes: tuple[Json, ...]
+    mounts: tuple[Json, ...]
+    init: tuple[Json, ...]
+
+
+def cached_pod_parts(decision: Decision, *artifacts: Artifact | None) -> PodParts:
+    cache_vol, cache_mount = model_cache_volume()
+    art_env, art_vols, art_mounts, init = artifact_parts(*artifacts)
+    shm_vols, shm_mounts = shm_volume(decision)
+    return PodParts(art_env, merge_named((cache_vol,), art_vols, shm_vols),
+                    merge_named((cache_mount,), art_mounts, shm_mounts), init)  # fmt: skip
+
+
 def assemble(
     *,
     engine: str,

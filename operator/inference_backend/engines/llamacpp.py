@@ -21,15 +21,13 @@ from inference_backend.engines.base import (
     ArgBuilder,
     Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     cpu_cores,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
     served_name,
-    shm_volume,
 )
 from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
 from inference_backend.engines.profiles_measured import MEASURED_CPU
@@ -146,19 +144,16 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     if spec.kv_cache.block_size != 16:
         notes.append("kvCache.blockSize: llama.cpp has no paged KV blocks; ignored")
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art, draft_art)
     # LLAMA_CACHE: where -hf downloads go (common.cpp fs_get_cache_directory).
-    env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), art_env)
+    env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), parts.env)
     # tools/server: GET /health (503 while loading), GET /metrics with --metrics
     kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE_CUDA if on_gpu else IMAGE_CPU, command=COMMAND, args=a,
-        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init,
+        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
         kv_bytes=kv_bytes,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 

@@ -21,14 +21,12 @@ from inference_backend.engines.base import (
     ArgBuilder,
     Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
     served_name,
-    shm_volume,
 )
 from inference_backend.engines.card import EngineCard, Profile
 
@@ -97,20 +95,17 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     draft_art = _speculative(decision, model, a)
     a.add("--enable-metrics", source="the operator (Prometheus /metrics)")  # fields/observability.py
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art, draft_art)
     env = merge_named(
         # HF_HOME: where huggingface_hub (SGLang's hf loader) caches downloads.
         ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
-        art_env,
+        parts.env,
     )
     # entrypoints/http_server.py: GET /health (200 once the scheduler answers), GET /metrics with --enable-metrics.
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 

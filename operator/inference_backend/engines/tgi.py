@@ -20,13 +20,11 @@ from inference_backend.engines.base import (
     ArgBuilder,
     Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
-    shm_volume,
 )
 from inference_backend.engines.card import EngineCard, Profile
 
@@ -103,9 +101,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         notes.append(f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
                      "in OpenAI requests; the name is not enforced")  # fmt: skip
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art)
     env = merge_named(
         # main.rs resolve_attention(): PREFIX_CACHING env ("0" disables; unset = on for most models).
         ({"name": "PREFIX_CACHING", "value": "1" if decision.prefix_cache else "0"},),
@@ -113,15 +109,14 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         ({"name": "HUGGINGFACE_HUB_CACHE", "value": MODEL_CACHE_DIR},),
         # main.rs usage_stats (env USAGE_STATS): no usage reporting from the cluster.
         ({"name": "USAGE_STATS", "value": "off"},),
-        art_env,  # HF_TOKEN: read by the launcher (get_config) and the shards
+        parts.env,  # HF_TOKEN: read by the launcher (get_config) and the shards
     )
     reserved = {_env_name(f.name): f.source for f in a.flags}
     # router: GET /health, GET /metrics on the API port
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init, reserved_env=reserved,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init, reserved_env=reserved,
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 

@@ -21,14 +21,12 @@ from inference_backend.engines.base import (
     ArgBuilder,
     Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
     served_name,
-    shm_volume,
 )
 from inference_backend.engines.card import EngineCard, Profile
 
@@ -118,22 +116,19 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # prompt_lookup_max, prompt_lookup_min)
         a.add("--speculative-config", spec_cfg, source="spec.speculativeDecoding")
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art, draft_art)
     env = merge_named(
         # HF_HOME: where huggingface_hub (vLLM's hf:// loader) caches downloads.
         ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
         # vllm/envs.py VLLM_NO_USAGE_STATS / DO_NOT_TRACK: no usage reporting from the cluster.
         ({"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}),
-        art_env,
+        parts.env,
     )
     # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=init,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 
