@@ -117,7 +117,11 @@ def _speculative(decision: Decision, target: ResolvedModel, a: ArgBuilder) -> ar
         return None
     src = "spec.speculativeDecoding"
     if s.method == "ngram":
+        # arg_groups/speculative_hook.py _handle_ngram sets topk to speculative_ngram_max_bfs_breadth (default 10)
+        # and refuses topk > 1 with a page size above 1 on any attention backend but flashinfer: one candidate
+        # chain (breadth 1, fields/spec.py) works on all of them.
         a.add("--speculative-algorithm", "NGRAM", source=src)
+        a.add("--speculative-ngram-max-bfs-breadth", 1, source=src)
         a.add("--speculative-num-draft-tokens", s.num_tokens + 1, source=f"{src}.numSpeculativeTokens")
         return None
     assert s.draft is not None
