@@ -1,6 +1,6 @@
 """Derive the engine cards' CPU profile rows from a measured engine-profiles run, and write them as a Python module.
 
-    .venv/bin/python bench/profiles.py [bench/results/cpu-profiles.json] [--check]
+    .venv/bin/python -m bench.profiles [bench/results/cpu-profiles.json] [--check]      (or: make profiles)
 
 The input is `make bench-engines`'s combined JSON (bench/engine_profiles.py): one random-weight Llama model served
 on this machine's CPU by llama-server, the PyTorch runner and the ONNX Runtime server with the args the operator
@@ -114,7 +114,7 @@ def main() -> int:
     text = render_module(derive(json.loads(args.input.read_text())), source)
     if args.check:
         same = MODULE.exists() and MODULE.read_text() == text
-        print("profiles_measured.py is current" if same else "profiles_measured.py differs: run bench/profiles.py")
+        print("profiles_measured.py is current" if same else "profiles_measured.py differs: run make profiles")
         return 0 if same else 1
     MODULE.write_text(text)
     print(f"wrote {MODULE.relative_to(ROOT)}")

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from factories import spec
+from ib_testkit.factories import spec
 from inference_backend.api.common import Format
 from inference_backend.api.inferencebackend import Backend, Engine
 from inference_backend.decision import InvalidSpec

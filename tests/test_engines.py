@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import cluster, node, spec
-from golden import INPUTS, ROOT, decide
+from ib_testkit.factories import cluster, node, spec
+from ib_testkit.golden import INPUTS, ROOT, decide
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import InvalidSpec, ResolvedModel
 from inference_backend.engines import ENGINES, artifacts, card, llamacpp, vllm

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from golden import INPUTS, OUTPUTS, decide, render_text
+from ib_testkit.golden import INPUTS, OUTPUTS, decide, render_text
 from inference_backend.engines import NAMES
 
 CASES = sorted(INPUTS.glob("*.yaml"))

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 from inference_backend.engines import NAMES as ENGINES
 from inference_backend.engines import card
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import profiles  # noqa: E402  (bench/profiles.py)
+from bench import profiles
 
 
 def test_measured_module_is_the_derivation_of_the_committed_results() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from factories import GPUS, MODELS, cluster, node, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ib_testkit.factories import GPUS, MODELS, cluster, node, spec
 from inference_backend.engines import card
 from inference_backend.selection import select
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from factories import MODELS, cluster, node, spec
+from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.selection import InvalidSpec, select
 
 H100x8 = [node("h100-a", "h100", 8, cpu="192", memory="1900Gi")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from factories import MODELS, cluster, node, spec
+from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import InvalidSpec
 from inference_backend.engines import card, sglang

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ib_testkit.rendered import golden_containers
 from inference_backend.engines import NAMES
 
 from tests.contracts.llama_flags import check_llama_server_args
-from tests.contracts.rendered import golden_containers
 from tests.contracts.sglang import SglangArgsRejected, parse_sglang_args_many
 from tests.contracts.test_runners_contract import parse_runner_args
 from tests.contracts.tgi import check_tgi_args
