@@ -269,7 +269,7 @@ def test_unsatisfiable_update_keeps_serving(operator: Operator, ns: str, wait_un
         ({"speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 40}},
          "spec.speculativeDecoding.numSpeculativeTokens"),
         ({"model": {"parameters": "8B"}}, "set model.modelRef or model.uri"),
-        ({"backend": "sglang"}, "spec.backend"),
+        ({"backend": "tensorrt-llm"}, "spec.backend"),
     ],
 )  # fmt: skip
 def test_invalid_manifest_refused_at_admission(operator: Operator, ns: str, patch: dict[str, Any], field: str) -> None:
