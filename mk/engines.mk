@@ -2,13 +2,16 @@
 # Heavy prerequisites live in $(IB_CACHE) (outside the clone), keyed by version, built only when absent:
 #   llama-server/llama-bench  $(IB_CACHE)/llama.cpp/<llama-cpp-python version>/bin  (hack/build-llama-server)
 #   vLLM venv                 $(IB_CACHE)/venv-vllm-<version>                        (hack/vllm-venv)
-# `make contracts` creates both, then runs tests/contracts with IB_REQUIRE_CONTRACTS=1 so that a
+#   SGLang venv               $(IB_CACHE)/venv-sglang-<version>                      (hack/sglang-venv)
+# `make contracts` creates them, then runs tests/contracts with IB_REQUIRE_CONTRACTS=1 so that a
 # missing prerequisite fails the run instead of skipping.
 
 VLLM_VERSION ?= 0.33.0
 export VLLM_VERSION
+SGLANG_VERSION ?= 0.5.23
+export SGLANG_VERSION
 
-.PHONY: contracts llama-server vllm-venv engine-flags
+.PHONY: contracts llama-server vllm-venv sglang-venv engine-flags
 
 TEST_TARGETS += contracts
 
@@ -18,7 +21,10 @@ llama-server:
 vllm-venv:
 	hack/vllm-venv
 
-contracts: venv llama-server vllm-venv
+sglang-venv:
+	hack/sglang-venv
+
+contracts: venv llama-server vllm-venv sglang-venv
 	IB_REQUIRE_CONTRACTS=1 $(VENV)/bin/pytest -q tests/contracts
 
 # Regenerate the committed flag tables (TGI from its saved doc; llama-server from the built binary).
