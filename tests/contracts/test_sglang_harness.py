@@ -44,6 +44,7 @@ CASES: dict[str, list[str]] = {
     "multi_node": ["--model-path", MODEL, "--tp-size", "8", "--pp-size", "2", "--nnodes", "2", "--node-rank", "1",
                    "--dist-init-addr", "sglang-0.sglang:20000"],
     "defaults": ["--model-path", MODEL],
+    "cpu_device": ["--model-path", MODEL, "--device", "cpu"],
     "abbreviated": ["--model-path", MODEL, "--mem-frac", "0.8"],
     # rejected by the parser
     "misspelled": ["--model-path", MODEL, "--tp-szie", "2"],
@@ -65,6 +66,8 @@ CASES: dict[str, list[str]] = {
     "tp_not_node_multiple": ["--model-path", MODEL, "--tp-size", "3", "--nnodes", "2",
                              "--dist-init-addr", "sglang-0.sglang:20000"],
     "served_name_colon": ["--model-path", MODEL, "--served-model-name", "llama:8b"],
+    "pp_with_eagle": ["--model-path", MODEL, "--pp-size", "2", "--speculative-algorithm", "EAGLE",
+                      "--speculative-draft-model-path", DRAFT],
 }  # fmt: skip
 
 
@@ -155,6 +158,14 @@ def test_defaults(results: dict[str, Any]) -> None:
     assert r["resolved"]["served_model_name"] == r["resolved"]["model_path"]  # defaults to the model path
 
 
+def test_cpu_device_is_kept_and_gets_cpu_backends(results: dict[str, Any]) -> None:
+    r = ok(results, "cpu_device")
+    assert "device" not in r["stand_ins"]
+    res = r["resolved"]
+    assert res["device"] == "cpu" and res["sampling_backend"] == "pytorch"
+    assert res["attention_backend"] in ("intel_amx", "torch_native")  # torch_native without AMX or on arm64
+
+
 def test_unique_prefixes_of_flags_are_accepted(results: dict[str, Any]) -> None:
     """prepare_server_args's ArgumentParser keeps allow_abbrev: a misspelling that is a prefix passes."""
     assert ok(results, "abbreviated")["args"]["mem_fraction_static"] == 0.8
@@ -177,6 +188,7 @@ def test_unique_prefixes_of_flags_are_accepted(results: dict[str, Any]) -> None:
         ("prefill_not_page_multiple", "check", "chunked_prefill_size must be divisible by page_size"),
         ("tp_not_node_multiple", "check", "tp_size must be divisible by number of nodes"),
         ("served_name_colon", "check", "served_model_name cannot contain a colon"),
+        ("pp_with_eagle", "check", "PP + speculative decoding (MTP) is only supported on prefill nodes"),
     ],
 )
 def test_invalid_args_are_rejected(results: dict[str, Any], name: str, stage: str, needle: str) -> None:
