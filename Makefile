@@ -20,12 +20,15 @@ help:
 	@echo "make test       - lint, unit, engine contracts, runners, e2e (what .ci/run calls)"
 	@echo "make lint | unit | contracts | runners-test | e2e | crds | golden | bench-operator"
 
+# The product (editable, with the test extras) and testkit/ (ib_testkit: the helpers tests, bench/ and hack/ share;
+# a distribution of its own, so not in the product's wheel). bench/ is a package of the repository: its scripts run
+# from the repository root as `python -m bench.NAME`.
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml testkit/pyproject.toml
 	@echo ">> creating $(VENV) (python deps for the operator, CLI and tests)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev,operator,fetch]'
+	$(VENV)/bin/pip install -q -e '.[dev,operator,fetch]' -e ./testkit
 	touch $@
 
 lint: venv
@@ -37,8 +40,8 @@ unit: venv
 	$(PY) -m pytest -q tests --ignore=tests/contracts --ignore=tests/runners
 
 crds: venv
-	$(PY) -m inference_backend.api.crd --write crds/
-	$(PY) -m inference_backend.api.crd --write charts/inference-backend/crds/
+	$(PY) -m inference_backend.crdgen --write crds/
+	$(PY) -m inference_backend.crdgen --write charts/inference-backend/crds/
 
 demo: venv
 	PY=$(PY) hack/demo

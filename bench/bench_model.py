@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ib_testkit.llama_server import llama_cpp_source
+
 ROOT = Path(__file__).resolve().parents[1]
-CONVERTER = Path(__file__).resolve().with_name("gguf_convert.py")
 
 
 @dataclass(frozen=True)
@@ -189,21 +190,6 @@ def export_onnx(hf_dir: Path, out: Path) -> Path:
     return out
 
 
-def llama_cpp_pins() -> dict[str, str]:
-    """hack/llama-cpp.version: LLAMA_CPP_PYTHON_VERSION, LLAMA_CPP_BUILD, LLAMA_CPP_COMMIT, ..."""
-    text = (ROOT / "hack" / "llama-cpp.version").read_text()
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-
-
-def llama_cpp_source() -> Path:
-    """The llama.cpp tree vendored by the pinned llama-cpp-python sdist (hack/build-llama-server unpacks it)."""
-    if env := os.environ.get("IB_LLAMA_CPP_SRC"):
-        return Path(env)
-    version = llama_cpp_pins()["LLAMA_CPP_PYTHON_VERSION"]
-    cache = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
-    return cache / "llama.cpp" / version / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
-
-
 GGUF_TYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
@@ -214,18 +200,20 @@ def convert_gguf(hf_dir: Path, out_file: Path, dtype: str, timeout: float = 900)
     if out_file.exists() and marker.exists() and marker.read_text() == source:
         return out_file
     src = llama_cpp_source()
+    # the converter and its packages come from the llama.cpp source, before anything the caller has on PYTHONPATH
+    pythonpath = [str(src), str(src / "gguf-py"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     cmd = [
         sys.executable,
-        str(CONVERTER),
-        "--llama-cpp",
-        str(src),
-        str(hf_dir),
+        "-m",
+        "bench.gguf_convert",
+        str(hf_dir.resolve()),
         "--outfile",
-        str(out_file),
+        str(out_file.resolve()),
         "--outtype",
         GGUF_TYPES[dtype],
     ]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n{(res.stdout + res.stderr)[-4000:]}")
     marker.write_text(source)

@@ -2,8 +2,7 @@
 (ONNX) and llama-server (GGUF), each started with the args the operator renders, loaded by `inference-backend bench`.
 
     make bench-engines          (the CPU profiles of this machine, under flock /tmp/ib-bench.lock)
-    PYTHONPATH=operator:tests $(hack/runners-venv)/bin/python bench/engine_profiles.py --preset cpu \
-        --out bench/results --label cpu
+    $(hack/runners-venv)/bin/python -m bench.engine_profiles --preset cpu --out bench/results --label cpu
     bench/gpu/h200.sh [--reduced] (the 7B shape on one GPU; --reduced: the tiny model on CPU, same code path)
 
 Steps: bench model (bench/bench_model.py) -> per engine: render (bench/profile_render.py) -> start the real
@@ -27,7 +26,6 @@ import random
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,13 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python bench/engine_profiles.py`: bench/ is sys.path[0], the repo root is not
-    sys.path.insert(0, str(ROOT))
+from ib_testkit import free_port
+from ib_testkit.llama_server import llama_cpp_pins, llama_cpp_source, llama_server_bin
 
-from bench import bench_model, procstats  # noqa: E402
-from bench.bench_model import PRESETS, BenchModel  # noqa: E402
-from bench.profile_render import ENGINES, localize, render  # noqa: E402
+from bench import bench_model, procstats
+from bench.bench_model import PRESETS, BenchModel
+from bench.profile_render import ENGINES, localize, render
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SCHEMA = "inference-backend.engine-profiles/v1"
 RUNNER_MODULES = {"pytorch": "inference_backend.runners.pytorch", "onnxruntime": "inference_backend.runners.onnx"}
@@ -64,12 +63,6 @@ generated text, hence the load, is the same from run to run."""
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_json(url: str, payload: Any = None, timeout: float = 120) -> tuple[int, Any]:
@@ -430,7 +423,7 @@ def decode_bound(bandwidth: float, weights_per_token: int) -> float:
 
 def llama_cuda_build_script(src: Path, build: Path, jobs: int, flash_attn: bool) -> str:
     """Configure + build llama-server and llama-bench with CUDA for sm_90 only (hack/build-llama-server's options)."""
-    pins = bench_model.llama_cpp_pins()
+    pins = llama_cpp_pins()
     gen = "-G Ninja" if shutil.which("ninja") else ""
     return (
         f"cmake -S {shlex.quote(str(src))} -B {shlex.quote(str(build))} {gen} -DCMAKE_BUILD_TYPE=Release "
@@ -480,7 +473,7 @@ class Run:
         from bench.gpu import prereqs
 
         with self.log.step("prerequisites") as rec:
-            src = bench_model.llama_cpp_source()
+            src = llama_cpp_source()
             pre = prereqs.check(self.device, src, None if self.build_llama_cuda else self.llama_bin)
             self.results["prerequisites"] = pre
             for comp, st in pre["components"].items():
@@ -502,9 +495,7 @@ class Run:
             if "llamacpp" in self.skipped:
                 raise Skip(self.skipped["llamacpp"])
             build = self.work / "llama-cuda"
-            script = llama_cuda_build_script(
-                bench_model.llama_cpp_source(), build, os.cpu_count() or 8, self.llama_cuda_fa
-            )
+            script = llama_cuda_build_script(llama_cpp_source(), build, os.cpu_count() or 8, self.llama_cuda_fa)
             rec["script"] = script
             log = (self.work / "llama-cuda-build.log").open("wb")
             self.build = subprocess.Popen(
@@ -558,7 +549,7 @@ class Run:
             elif engine == "onnxruntime":
                 self.paths[engine] = bench_model.export_onnx(self.paths["pytorch"], w / f"{m.name}-onnx")
             else:
-                src = bench_model.llama_cpp_source()
+                src = llama_cpp_source()
                 if not (src / "convert_hf_to_gguf.py").exists():
                     raise Skip(f"llama.cpp source with convert_hf_to_gguf.py not found at {src}")
                 gguf = w / f"{m.name}-{bench_model.GGUF_TYPES[m.dtype]}.gguf"
@@ -1059,8 +1050,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_run(a: argparse.Namespace, command: str) -> Run:
-    from tests.contracts.llama_server import llama_server_bin
-
     cache = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
     threads = a.threads or (len(os.sched_getaffinity(0)) if a.device == "cpu" else None)
     default = ("pytorch", "llamacpp", "onnxruntime") if a.device == "cuda" else ENGINES
@@ -1097,7 +1086,7 @@ def build_run(a: argparse.Namespace, command: str) -> Run:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    command = shlex.join(["python", "bench/engine_profiles.py", *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(["python", "-m", "bench.engine_profiles", *(argv if argv is not None else sys.argv[1:])])
     run = build_run(a, command)
     run.work.mkdir(parents=True, exist_ok=True)
     path = run.go()

@@ -1,19 +1,21 @@
 """Run llama.cpp's own convert_hf_to_gguf.py, accepting the bench model's locally trained BPE tokenizer.
 
-    python bench/gguf_convert.py --llama-cpp LLAMA_CPP_DIR HF_DIR --outfile OUT.gguf --outtype f32
+    PYTHONPATH=LLAMA_CPP_DIR:LLAMA_CPP_DIR/gguf-py python -m bench.gguf_convert HF_DIR --outfile OUT.gguf --outtype f32
 
-Everything after --llama-cpp DIR is convert_hf_to_gguf.py's own command line. The converter identifies a BPE
-pre-tokenizer by hashing the token ids of a fixed probe text and refuses hashes it does not know
-(``NotImplementedError: BPE pre-tokenizer was not recognized``); every tokenizer trained here has a new hash. This
-wrapper changes exactly that one decision and nothing else: when the hash is unknown AND the tokenizer's
-pre-tokenizer is the plain GPT-2 one (``ByteLevel`` with its regex, no prefix space, which is what
+The arguments are convert_hf_to_gguf.py's own command line; the converter, its `conversion` package and llama.cpp's
+in-tree gguf-py are imported from the llama.cpp source on PYTHONPATH (bench_model.convert_gguf sets it).
+
+The converter identifies a BPE pre-tokenizer by hashing the token ids of a fixed probe text and refuses hashes it
+does not know (``NotImplementedError: BPE pre-tokenizer was not recognized``); every tokenizer trained here has a
+new hash. This wrapper changes exactly that one decision and nothing else: when the hash is unknown AND the
+tokenizer's pre-tokenizer is the plain GPT-2 one (``ByteLevel`` with its regex, no prefix space, which is what
 bench/bench_model.make_tokenizer builds), it answers ``gpt-2``, llama.cpp's name for that pre-tokenizer
 (src/llama-vocab.cpp LLAMA_VOCAB_PRE_TYPE_GPT2). Any other unknown tokenizer is still refused. Second, the
 converter imports sentencepiece before it looks for tokenizer.model (conversion/base.py
 _create_vocab_sentencepiece); without that file it falls back to the GPT-2 vocab path anyway, so the wrapper raises
 the converter's own FileNotFoundError first and sentencepiece need not be installed. Weights, the Q/K rotary
-permutation and all metadata are the converter's own. It runs with llama.cpp's in-tree gguf-py (the
-converter puts it on sys.path itself), in the runners venv (it needs torch, transformers, numpy).
+permutation and all metadata are the converter's own. It runs in the runners venv (it needs torch, transformers,
+numpy).
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ def is_plain_gpt2_pretokenizer(tokenizer_json: dict[str, Any]) -> bool:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 2 or argv[0] != "--llama-cpp":
+    if not argv:
         raise SystemExit(__doc__)
-    llama_cpp = Path(argv[1]).resolve()
-    sys.argv = [str(llama_cpp / "convert_hf_to_gguf.py"), *argv[2:]]
-    sys.path[:0] = [str(llama_cpp), str(llama_cpp / "gguf-py")]
-    import convert_hf_to_gguf  # the converter module (it imports llama.cpp's `conversion` package and gguf-py)
-    from conversion.base import TextModel
+    try:
+        import convert_hf_to_gguf  # the converter module (it imports llama.cpp's `conversion` package and gguf-py)
+        from conversion.base import TextModel
+    except ModuleNotFoundError as e:
+        raise SystemExit(f"{e}: the llama.cpp source is not on PYTHONPATH\n\n{__doc__}") from e
+    sys.argv = [str(convert_hf_to_gguf.__file__), *argv]  # the converter parses sys.argv itself
 
     original = TextModel.get_vocab_base_pre
 

@@ -15,7 +15,7 @@ Prints a table and writes JSON (plot it with bench/plot_operator_scale.py). Asse
 
     make bench-operator                       # the full grid, fresh cluster, JSON + PNG in bench/results/
     make bench-operator BACKENDS=40 NODES=100 # one quick point
-    # or, on a running cluster (e2e/up): .venv/bin/python bench/operator_scale.py --backends 100 --nodes 100
+    # or, on a running cluster (e2e/up): .venv/bin/python -m bench.operator_scale --backends 100 --nodes 100
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ib_testkit import kwok_nodes
 from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
@@ -45,9 +46,6 @@ from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.types import PatchType
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "e2e" / "nodes"))
-import generate  # noqa: E402  (e2e/nodes/generate.py: the fake node classes, one place)
-
 E2E_DIR = Path(os.environ.get("E2E_DIR", "/tmp/ib-e2e"))
 SA_USER = "system:serviceaccount:ib-system:ib-inference-backend"
 IB = create_namespaced_resource("serving.inferencebackend.io", "v1alpha1", "InferenceBackend", "inferencebackends")
@@ -195,7 +193,7 @@ def sa_kubeconfig() -> str:
 
 
 def fake_nodes(count: int) -> list[dict[str, Any]]:
-    return [generate.node(CLASSES[i % len(CLASSES)], f"scale-{i:05d}") for i in range(count)]
+    return [kwok_nodes.node(CLASSES[i % len(CLASSES)], f"scale-{i:05d}") for i in range(count)]
 
 
 async def add_nodes(count: int, parallel: int = 16) -> float:
@@ -475,7 +473,7 @@ def main() -> None:
     result = {
         "schema": "inference-backend.bench.operator-scale/v1",
         "started": started, "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "bench.operator_scale", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()},
         "auditReads": os.environ.get("E2E_AUDIT_READS") == "1",
         "nodeReadySeconds": node_ready, "points": points,

@@ -2,7 +2,7 @@
 once all are settled), time to reconcile all, operator peak memory and API requests per InferenceBackend, each
 against the number of InferenceBackends, one line per node count.
 
-    .venv/bin/python bench/plot_operator_scale.py bench/results/operator-scale.json [-o OUT.png]
+    .venv/bin/python -m bench.plot_operator_scale bench/results/operator-scale.json [-o OUT.png]
 """
 
 from __future__ import annotations

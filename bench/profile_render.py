@@ -1,7 +1,7 @@
 """The engine containers of the profiles, from the operator's real selection + renderers, and their local mapping.
 
 An InferenceBackend spec per engine (accelerator, concurrency, batching) is selected against ONE node describing the
-machine the profile runs on (tests/factories.node: this host's cores and memory, or an H200 node), rendered by
+machine the profile runs on (ib_testkit.factories.node: this host's cores and memory, or an H200 node), rendered by
 inference_backend.engines, and only these values are then mapped to local ones (``localize``):
 
     --model / -m          in-pod weights path (/models/...)   -> the bench model's local file or directory
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ib_testkit.factories import MODELS, node
+from ib_testkit.llama_server import substitute_args
+from ib_testkit.rendered import Rendered, render_case
+from ib_testkit.runner_cases import localize as localize_runner
 from inference_backend.api.model import ModelSpec
 
 from bench.bench_model import BenchModel
-from tests.contracts.llama_server import substitute_args
-from tests.contracts.rendered import Rendered, render_case
-from tests.contracts.runner_cases import localize as localize_runner
-from tests.factories import MODELS, node
 
 ENGINES = ("pytorch", "onnxruntime", "llamacpp")
 THREAD_FLAGS = {"pytorch": "--threads", "onnxruntime": "--threads", "llamacpp": "-t"}

@@ -1,10 +1,10 @@
-"""Derive the catalog's CPU profile rows from a measured engine-profiles run, and write them as a Python module.
+"""Derive the engine cards' CPU profile rows from a measured engine-profiles run, and write them as a Python module.
 
-    .venv/bin/python bench/profiles.py [bench/results/cpu-profiles.json] [--check]
+    .venv/bin/python -m bench.profiles [bench/results/cpu-profiles.json] [--check]      (or: make profiles)
 
 The input is `make bench-engines`'s combined JSON (bench/engine_profiles.py): one random-weight Llama model served
 on this machine's CPU by llama-server, the PyTorch runner and the ONNX Runtime server with the args the operator
-renders. The catalog's profile is "a 7B model on the reference machine" (catalog.Profile); the measured model is
+renders. A card's profile is "a 7B model on the reference machine" (engines.card.Profile); the measured model is
 scaled to 7B by rules written here once:
 
 - ttft_ms: the p95 TTFT at concurrency 1, x (7e9 / measured parameters) (prefill compute grows with parameters)
@@ -15,8 +15,9 @@ scaled to 7B by rules written here once:
 - memory_gib_per_7b: peak RSS minus the measured weights and the KV cache used (the runtime), plus 7B weights;
 - reference_cores: the cores the servers used (the selection scales by a node's cores over these).
 
-The written module (operator/inference_backend/profiles_measured.py) is data only; tests/test_profiles.py runs this
-derivation again on the committed JSON and checks that the module equals it, so every value traces to a command.
+The written module (operator/inference_backend/engines/profiles_measured.py) is data only; tests/test_profiles.py
+runs this derivation again on the committed JSON and checks that the module equals it, so every value traces to a
+command.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "bench" / "results" / "cpu-profiles.json"
-MODULE = ROOT / "operator" / "inference_backend" / "profiles_measured.py"
+MODULE = ROOT / "operator" / "inference_backend" / "engines" / "profiles_measured.py"
 REFERENCE_PARAMS = 7e9
 REFERENCE_PROMPT = 512
 ENGINES = ("llamacpp", "onnxruntime", "pytorch")
 
 
 def derive(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """engine -> the fields of a catalog Profile for ("engine", "cpu"), plus the measured figures they come from."""
+    """engine -> the fields of a card Profile for ("engine", "cpu"), plus the measured figures they come from."""
     model, load = result["model"], result["load"]
     params = float(model["parameters"])
     weights = float(model["safetensorsBytes"])
@@ -113,7 +114,7 @@ def main() -> int:
     text = render_module(derive(json.loads(args.input.read_text())), source)
     if args.check:
         same = MODULE.exists() and MODULE.read_text() == text
-        print("profiles_measured.py is current" if same else "profiles_measured.py differs: run bench/profiles.py")
+        print("profiles_measured.py is current" if same else "profiles_measured.py differs: run make profiles")
         return 0 if same else 1
     MODULE.write_text(text)
     print(f"wrote {MODULE.relative_to(ROOT)}")

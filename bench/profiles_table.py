@@ -1,6 +1,6 @@
 """Markdown tables of an engine-profiles result file (bench/engine_profiles.py), for docs.
 
-python bench/profiles_table.py bench/results/cpu-profiles.json
+python -m bench.profiles_table bench/results/cpu-profiles.json
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Time to render 1,000 InferenceBackends (selection excluded, then included). Target: under 1 s for render.
 
-Run: .venv/bin/python bench/render_1000.py
+Run: .venv/bin/python -m bench.render_1000
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from golden import INPUTS, decide  # noqa: E402
-from inference_backend.render import render, to_yaml  # noqa: E402
+from ib_testkit.golden import INPUTS, decide
+from inference_backend.render import render, to_yaml
 
 N = 1000
 

@@ -1,22 +1,18 @@
 """Benchmarks of the runners on tiny random models (CPU). Prints figures; asserts nothing.
 
-PYTHONPATH=operator $(hack/runners-venv)/bin/python bench/runners.py [--requests 16] [--tokens 32]
+$(hack/runners-venv)/bin/python -m bench.runners [--requests 16] [--tokens 32]      (or: make runners-bench)
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "runners"))
-from conftest import Server, free_port
-from runner_helpers import metric, workload
+from ib_testkit.runners import Server, free_port, metric, workload
 
 
 def start(kind: str, model: Path, flags: list[str], logdir: Path) -> Server:

@@ -3,7 +3,7 @@
 Node facts are grouped into hardware classes once (the operator keeps them in a kopf index), so the cost of a
 selection grows with the number of classes, not of nodes. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/select_nodes.py [--nodes 5000] [--repeat 50]
+    .venv/bin/python -m bench.select_nodes [--nodes 5000] [--repeat 50]
 """
 
 from __future__ import annotations
@@ -11,13 +11,9 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from factories import MODELS, node, spec
+from ib_testkit.factories import MODELS, node, spec
 from inference_backend.facts import group_nodes
 from inference_backend.selection import select
 

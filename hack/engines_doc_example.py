@@ -8,15 +8,11 @@ Run: .venv/bin/python hack/engines_doc_example.py [golden-input-stem]     (docs/
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from golden import INPUTS, decide  # noqa: E402
-from inference_backend.render import render_result  # noqa: E402
+from ib_testkit import ROOT
+from ib_testkit.golden import INPUTS, decide
+from inference_backend.render import render_result
 
 BEGIN, END = "<!-- EXAMPLE BEGIN (hack/engines_doc_example.py) -->", "<!-- EXAMPLE END -->"
 
@@ -39,6 +35,7 @@ README_BEGIN, README_END = "<!-- ENGINES BEGIN (hack/engines_doc_example.py --re
 README_EXAMPLES = {
     "vLLM": "vllm-gpu-draft",
     "TGI": "tgi-ngram",
+    "SGLang": "sglang-gpu-draft",
     "llama.cpp": "llamacpp-cpu-draft",
     "ONNX Runtime server": "onnxruntime-gpu-s3",
     "PyTorch runner": "pytorch-gpu-hf-continuous",

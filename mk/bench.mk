@@ -1,4 +1,4 @@
-# Engine profiles (bench/engine_profiles.py, docs/benchmarks-gpu.md): ONE random-weight Llama model as safetensors,
+# Engine profiles (bench/engine_profiles/, docs/benchmarks-gpu.md): ONE random-weight Llama model as safetensors,
 # ONNX and GGUF, served by the PyTorch runner, the ONNX Runtime server and llama-server with the args the operator
 # renders, loaded by `inference-backend bench`. Heavy deps: the runners venv (mk/runners.mk) and llama-server
 # (mk/engines.mk). Measurements hold $(BENCH_LOCK) so that no two benchmarks share the cores.
@@ -14,7 +14,7 @@ RUNNERS_VENV ?=
 bench-engines: llama-server
 	@venv="$${RUNNERS_VENV:-$$($(RUNNERS_VENV_SCRIPT))}"; \
 	echo ">> bench-engines with $$venv (waiting for $(BENCH_LOCK) if another benchmark holds it)"; \
-	flock $(BENCH_LOCK) env PYTHONPATH=operator:tests "$$venv/bin/python" bench/engine_profiles.py $(BENCH_ENGINES_ARGS)
+	flock $(BENCH_LOCK) env PYTHONPATH=$(RUNNERS_PYTHONPATH) "$$venv/bin/python" -m bench.engine_profiles $(BENCH_ENGINES_ARGS)
 
 # bench/gpu/h200.sh --reduced: the GPU script end to end on CPU (tiny model, CPU providers, CPU llama.cpp build).
 bench-gpu-reduced: llama-server
@@ -28,4 +28,4 @@ runners-test: llama-server
 # scaled to 7B by the rules in bench/profiles.py); tests/test_profiles.py checks that it is current.
 .PHONY: profiles
 profiles: venv
-	$(PY) bench/profiles.py
+	$(PY) -m bench.profiles

@@ -35,6 +35,6 @@ SCALE_ARGS ?=
 SCALE_OUT ?= bench/results/operator-scale.json
 bench-operator: venv e2e-binaries
 	flock /tmp/ib-bench.lock sh -c 'E2E_NODE_LEASE_SECONDS=1200 E2E_NODE_GRACE=1500s E2E_AUDIT_READS=1 e2e/up --fresh && \
-	  KUBECONFIG=$${E2E_DIR:-/tmp/ib-e2e}/kubeconfig $(PY) bench/operator_scale.py --backends $(BACKENDS) \
+	  KUBECONFIG=$${E2E_DIR:-/tmp/ib-e2e}/kubeconfig $(PY) -m bench.operator_scale --backends $(BACKENDS) \
 	    --nodes $(NODES) --rate $(RATE) --out $(SCALE_OUT) $(SCALE_ARGS) && \
-	  $(PY) bench/plot_operator_scale.py $(SCALE_OUT); rc=$$?; e2e/down; exit $$rc'
+	  $(PY) -m bench.plot_operator_scale $(SCALE_OUT); rc=$$?; e2e/down; exit $$rc'

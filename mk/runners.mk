@@ -4,6 +4,9 @@
 TEST_TARGETS += runners-test
 
 RUNNERS_VENV_SCRIPT := hack/runners-venv
+# The runners venv is shared by every clone on the machine, and its editable installs point at the clone that ran
+# hack/runners-venv last: the targets that use it put this clone's sources first.
+RUNNERS_PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/testkit
 
 runners-venv:
 	@$(RUNNERS_VENV_SCRIPT) >/dev/null
@@ -11,13 +14,13 @@ runners-venv:
 runners-test:
 	@venv="$$($(RUNNERS_VENV_SCRIPT))"; \
 	echo ">> runners-test with $$venv"; \
-	IB_REQUIRE_RUNNERS=1 PYTHONPATH=operator "$$venv/bin/python" -m pytest -q -p no:cacheprovider tests/runners
+	IB_REQUIRE_RUNNERS=1 PYTHONPATH=$(RUNNERS_PYTHONPATH) "$$venv/bin/python" -m pytest -q -p no:cacheprovider tests/runners
 
 runners-lint:
 	@venv="$$($(RUNNERS_VENV_SCRIPT))"; \
-	"$$venv/bin/ruff" check operator/inference_backend/runners tests/runners bench; \
-	"$$venv/bin/ruff" format --check operator/inference_backend/runners tests/runners bench; \
+	"$$venv/bin/ruff" check operator/inference_backend/runners tests/runners bench testkit; \
+	"$$venv/bin/ruff" format --check operator/inference_backend/runners tests/runners bench testkit; \
 	"$$venv/bin/mypy" operator/inference_backend/runners
 
 runners-bench:
-	@venv="$$($(RUNNERS_VENV_SCRIPT))"; PYTHONPATH=operator "$$venv/bin/python" bench/runners.py
+	@venv="$$($(RUNNERS_VENV_SCRIPT))"; PYTHONPATH=$(RUNNERS_PYTHONPATH) "$$venv/bin/python" -m bench.runners

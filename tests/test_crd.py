@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from inference_backend.api.crd import inference_backend_crd, model_crd, render_all
+from inference_backend.crdgen import inference_backend_crd, model_crd, render_all
+from inference_backend.engines import NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +51,7 @@ def test_every_field_has_a_description_and_a_type() -> None:
 def test_defaults_enums_and_bounds() -> None:
     spec = _schema(inference_backend_crd())["properties"]["spec"]["properties"]
     assert spec["backend"]["default"] == "auto"
-    assert spec["backend"]["enum"] == ["auto", "vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
+    assert spec["backend"]["enum"] == ["auto", *NAMES]
     assert spec["prefixCache"]["default"] == {} and spec["prefixCache"]["properties"]["enabled"]["default"] is True
     frac = spec["kvCache"]["properties"]["memoryFraction"]
     assert frac == {**frac, "minimum": 0, "exclusiveMinimum": True, "maximum": 1, "default": 0.9}

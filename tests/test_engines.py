@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import cluster, node, spec
-from golden import INPUTS, ROOT, decide
+from ib_testkit.factories import cluster, node, spec
+from ib_testkit.golden import INPUTS, ROOT, decide
 from inference_backend.api import InferenceBackend
-from inference_backend.engines import ENGINES, artifacts, llamacpp, vllm
+from inference_backend.decision import InvalidSpec, ResolvedModel
+from inference_backend.engines import ENGINES, artifacts, card, llamacpp, vllm
 from inference_backend.engines.base import EngineContainer
 from inference_backend.selection import select
-from inference_backend.selection.decision import InvalidSpec, ResolvedModel
 
 
 def _container(name: str, **spec_changes: Any) -> EngineContainer:
@@ -232,27 +232,27 @@ def _model(uri: str, secret: str | None = "creds") -> ResolvedModel:
 
 
 def test_artifacts_per_scheme() -> None:
-    hf = artifacts.resolve(_model("hf://org/repo/file.gguf"), "llamacpp")
+    hf = artifacts.resolve(_model("hf://org/repo/file.gguf"), card("llamacpp").own_hf_loader)
     assert (hf.hf_repo, hf.hf_file) == ("org/repo", "file.gguf")
     assert hf.env[0]["valueFrom"]["secretKeyRef"] == {"name": "creds", "key": "HF_TOKEN"}
-    hf_runner = artifacts.resolve(_model("hf://org/repo"), "pytorch")
+    hf_runner = artifacts.resolve(_model("hf://org/repo"), card("pytorch").own_hf_loader)
     assert hf_runner.init_containers[0]["command"] == ["inference-backend", "fetch", "hf://org/repo", "/models"]
-    pvc = artifacts.resolve(_model("pvc://claim/dir/sub"), "vllm")
+    pvc = artifacts.resolve(_model("pvc://claim/dir/sub"), card("vllm").own_hf_loader)
     assert pvc.local_path == "/models/dir/sub"
     assert pvc.volumes[0]["persistentVolumeClaim"] == {"claimName": "claim", "readOnly": True}
-    s3 = artifacts.resolve(_model("s3://bucket/m/model.onnx"), "onnxruntime")
+    s3 = artifacts.resolve(_model("s3://bucket/m/model.onnx"), card("onnxruntime").own_hf_loader)
     assert s3.local_path == "/models/model.onnx" and s3.directory == "/models"
     keys = [e["name"] for e in s3.init_containers[0]["env"]]
     assert keys == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION"]
     assert all("value" not in e for e in s3.init_containers[0]["env"])  # never inline
-    oci = artifacts.resolve(_model("oci://reg/img:v1"), "vllm", "draft")
+    oci = artifacts.resolve(_model("oci://reg/img:v1"), card("vllm").own_hf_loader, "draft")
     assert oci.volumes[0]["image"] == {"reference": "reg/img:v1", "pullPolicy": "IfNotPresent"}
     assert oci.mounts[0]["mountPath"] == "/draft-models"
 
 
 def test_unsupported_scheme_names_the_field() -> None:
     with pytest.raises(InvalidSpec) as err:
-        artifacts.resolve(_model("ftp://x/y"), "vllm")
+        artifacts.resolve(_model("ftp://x/y"), card("vllm").own_hf_loader)
     assert err.value.field == "spec.model.uri"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from factories import node
+from ib_testkit.factories import node
 from inference_backend.facts import (
     UNLABELLED_GPU_MEMORY_MIB,
     Taint,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from factories import MODELS, cluster, node, spec
+from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.memory import (
     GPU_OVERHEAD_BYTES,
     gpu_fit,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from factories import node
+from ib_testkit.factories import node
 from inference_backend.nodewatch import NodeClasses
 
 

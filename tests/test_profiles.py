@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-from inference_backend.catalog import ENGINES, PROFILES
-from inference_backend.profiles_measured import MEASURED_CPU
+from inference_backend.engines import NAMES as ENGINES
+from inference_backend.engines import card
+from inference_backend.engines.profiles_measured import MEASURED_CPU
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import profiles  # noqa: E402  (bench/profiles.py)
+from bench import profiles
 
 
 def test_measured_module_is_the_derivation_of_the_committed_results() -> None:
@@ -23,12 +19,12 @@ def test_measured_module_is_the_derivation_of_the_committed_results() -> None:
 
 def test_every_cpu_engine_is_measured_and_every_row_has_provenance() -> None:
     for engine in ("llamacpp", "onnxruntime", "pytorch"):
-        assert PROFILES[(engine, "cpu")].provenance.startswith("measured: "), engine
-        assert "make bench-engines" in PROFILES[(engine, "cpu")].provenance
+        assert card(engine).profiles["cpu"].provenance.startswith("measured: "), engine
+        assert "make bench-engines" in card(engine).profiles["cpu"].provenance
     for engine in ENGINES:
-        assert PROFILES[(engine, "gpu")].provenance.split(":")[0] in ("measured", "published", "estimate")
+        assert card(engine).profiles["gpu"].provenance.split(":")[0] in ("measured", "published", "estimate")
     for engine in ("vllm", "tgi"):
-        assert PROFILES[(engine, "gpu")].provenance.startswith("published: ")
+        assert card(engine).profiles["gpu"].provenance.startswith("published: ")
 
 
 def test_scaling_rules_on_the_measured_figures() -> None:

@@ -10,7 +10,7 @@ import asyncio
 import random
 from typing import Any
 
-from factories import MODELS, node
+from ib_testkit.factories import MODELS, node
 from inference_backend.facts import group_nodes
 from inference_backend.reconcile import APPLIED_HASH, Child, GpuLedger, Recent, World, reconcile
 

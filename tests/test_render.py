@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from golden import INPUTS, ROOT, decide
+from ib_testkit.golden import INPUTS, ROOT, decide
 from inference_backend.api import InferenceBackend
 from inference_backend.cli import main
 from inference_backend.facts import group_nodes

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from factories import GPUS, MODELS, cluster, node, spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inference_backend.catalog import CATALOG
+from ib_testkit.factories import GPUS, MODELS, cluster, node, spec
+from inference_backend.engines import card
 from inference_backend.selection import select
 
 gpu_kinds = st.sampled_from([None, *GPUS])
@@ -90,7 +90,7 @@ def test_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
         and not n["spec"].get("unschedulable")
         for n in nodes
     )
-    if CATALOG[d.backend].gpu_required:
+    if card(d.backend).gpu_required:
         assert usable_gpu, "no GPU-only engine on a cluster without schedulable GPUs"
         assert p.accelerator == "gpu"
     assert p.tensor_parallel_size == p.gpus_per_replica

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from factories import MODELS, cluster, node, spec
+from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.selection import InvalidSpec, select
 
 H100x8 = [node("h100-a", "h100", 8, cpu="192", memory="1900Gi")]
@@ -43,8 +43,8 @@ def m(**kw: Any) -> dict[str, Any]:
 CASES = [
     # --- format branch
     Case("safetensors-gpu-vllm", m(model=m(modelRef="llama-3-1-8b")), MIXED, "vllm", "gpu", "NVIDIA-L4", 1,
-         reason="format safetensors, quantization none: candidates vllm, tgi, pytorch",
-         rejected={"llamacpp": "format safetensors is not one it serves", "tgi": "catalog order"}),
+         reason="format safetensors, quantization none: candidates vllm, tgi, sglang, pytorch",
+         rejected={"llamacpp": "format safetensors is not one it serves", "tgi": "registry order"}),
     Case("gguf-llamacpp-cpu-only", m(model=m(modelRef="llama-3-2-3b-gguf")), CPU, "llamacpp", "cpu",
          reason="candidates llamacpp", rejected={"vllm": "format gguf"}),
     Case("gguf-on-gpu-when-auto", m(model=m(modelRef="llama-3-2-3b-gguf")), MIXED, "llamacpp", "gpu", "NVIDIA-L4", 1),

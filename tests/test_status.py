@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from factories import MODELS, cluster, node, spec
+from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.selection import select
 from inference_backend.status import Observed, compute
-from test_argocd_health import health
+
+from tests.test_argocd_health import health
 
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
 GOOD = select(spec(model={"modelRef": "llama-3-1-8b"}), cluster(node("l4", "l4", 1)), MODELS)

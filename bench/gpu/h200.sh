@@ -25,7 +25,9 @@ esac
 OUT="${OUT:-./gpu-results}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-export PYTHONPATH="$root/operator:$root/tests${PYTHONPATH:+:$PYTHONPATH}"
+# The device machine has no install of this repository: the product and the testkit (ib_testkit) come from the
+# checkout; bench/ is a package of the checkout's root, the working directory of every `python -m bench.X` here.
+export PYTHONPATH="$root/operator:$root/testkit${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 label=h200
 [[ $mode == reduced ]] && label=reduced
@@ -49,10 +51,10 @@ if [[ $mode == full ]]; then
 fi
 
 # 1. prerequisites: print precisely what is missing (the harness checks again and skips what cannot run)
-"$PY" bench/gpu/prereqs.py --device "$([[ $mode == full ]] && echo cuda || echo cpu)" \
+"$PY" -m bench.gpu.prereqs --device "$([[ $mode == full ]] && echo cuda || echo cpu)" \
   ${IB_LLAMA_CPP_SRC:+--llama-src "$IB_LLAMA_CPP_SRC"} || echo "!! prerequisite check failed to run"
 
-# 2. the harness (bench/engine_profiles.py), one budget for all its steps
+# 2. the harness (bench/engine_profiles/), one budget for all its steps
 if [[ $mode == full ]]; then
   budget="${BUDGET_S:-480}"
   args=(--preset llama2-7b --device cuda --label h200 --build-llama-cuda
@@ -65,7 +67,7 @@ else
   work="${WORK:-/tmp/ib-gpu-bench-reduced}"
 fi
 mkdir -p "$work"
-timeout -k 15 $((budget + 60)) "$PY" bench/engine_profiles.py "${args[@]}" --out "$OUT" --work "$work" \
+timeout -k 15 $((budget + 60)) "$PY" -m bench.engine_profiles "${args[@]}" --out "$OUT" --work "$work" \
   --budget-s "$budget"
 rc=$?
 echo ">> bench/gpu/h200.sh $mode finished with $rc at $(date -u +%FT%TZ); results in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -198,3 +198,21 @@ def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Taint) -> bool:
         if op == "Exists" or (tol.get("value") or "") == taint.value:
             return True
     return False
+
+
+# ---- GPU products: relative decode speed --------------------------------------------------------------------------
+# Relative speed of GPU products against the reference A100 (memory bandwidth ratio, which bounds decoding).
+GPU_SPEED: tuple[tuple[str, float], ...] = (
+    ("H200", 2.4), ("H100", 1.65), ("B200", 3.9), ("A100", 1.0), ("L40S", 0.43), ("L40", 0.43), ("A10G", 0.3),
+    ("A10", 0.3), ("L4", 0.15), ("T4", 0.16), ("V100", 0.45),
+)  # fmt: skip
+UNKNOWN_GPU_SPEED = 0.15
+
+
+def gpu_speed(product: str) -> float:
+    """Bandwidth ratio of a GPU product to the A100; the first matching name wins (H200 before H100...)."""
+    upper = product.upper()
+    for name, speed in GPU_SPEED:
+        if name in upper:
+            return speed
+    return UNKNOWN_GPU_SPEED

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from inference_backend.api import InferenceBackend
+from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer
 from inference_backend.facts import GPU_RESOURCE
-from inference_backend.selection.decision import Decision
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"

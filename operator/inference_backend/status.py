@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from inference_backend.selection.decision import Decision
+from inference_backend.decision import Decision
 
 MAX_MESSAGE = 1024
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from tests.contracts.llama_server import llama_cpp_pins
+from ib_testkit.llama_server import llama_cpp_pins
 
 DATA = Path(__file__).resolve().parent / "data"
 

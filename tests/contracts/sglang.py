@@ -10,59 +10,26 @@ IB_REQUIRE_CONTRACTS=1).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from tests.contracts.conftest import require
+from tests.contracts.parser_harness import ArgsRejected, ParserHarness
 
-ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "hack" / "sglang_parse_args.py"
 SGLANG_VERSION = "0.5.23"
-MARK = "@@SGLANG_PARSE_ARGS@@"
 
 
-class SglangArgsRejected(Exception):
-    def __init__(self, args: Sequence[str], result: dict[str, Any]) -> None:
-        super().__init__(f"sglang {SGLANG_VERSION} rejected {list(args)} at {result['stage']}: {result['error']}")
-        self.args_ = list(args)
-        self.stage: str = result["stage"]
-        self.error: str = result["error"]
-        self.returncode: int = result.get("returncode", 0)
+class SglangArgsRejected(ArgsRejected):
+    label = "sglang 0.5.23"
 
 
-def sglang_venv(version: str = SGLANG_VERSION) -> Path:
-    cache = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
-    return cache / f"venv-sglang-{version}"
-
-
-def sglang_python(version: str = SGLANG_VERSION) -> Path:
-    """The venv's python; skips (or fails under IB_REQUIRE_CONTRACTS=1) if the venv is not built."""
-    venv = sglang_venv(version)
-    require((venv / ".complete").exists(), f"SGLang {version} venv missing at {venv} (run hack/sglang-venv)")
-    return venv / "bin" / "python"
-
-
-def _run(payload: Any, timeout: float) -> list[dict[str, Any]]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"}
-    proc = subprocess.run(
-        [str(sglang_python()), str(HARNESS)],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
-    results = [json.loads(line[len(MARK) :]) for line in proc.stdout.splitlines() if line.startswith(MARK)]
-    if not results:
-        raise RuntimeError(f"sglang_parse_args.py crashed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    if len(results) == 1:
-        results[0].setdefault("returncode", proc.returncode)
-    return results
+HARNESS = ParserHarness(
+    engine="sglang",
+    version=SGLANG_VERSION,
+    script="sglang_parse_args.py",
+    mark="@@SGLANG_PARSE_ARGS@@",
+    env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1"},
+    rejected=SglangArgsRejected,
+)
 
 
 def parse_sglang_args(args: Sequence[str], *, timeout: float = 300) -> dict[str, Any]:
@@ -71,18 +38,11 @@ def parse_sglang_args(args: Sequence[str], *, timeout: float = 300) -> dict[str,
     Returns {"args": raw parsed fields, "resolved": resolved fields, "stand_ins": {...},
     "sglang_version": ...}; raises SglangArgsRejected if SGLang rejects them.
     """
-    (result,) = _run(list(args), timeout)
-    if not result["ok"]:
-        raise SglangArgsRejected(args, result)
-    return result
+    return HARNESS.parse(args, timeout)
 
 
 def parse_sglang_args_many(
     arg_lists: Sequence[Sequence[str]], *, timeout: float = 600
 ) -> list[dict[str, Any] | SglangArgsRejected]:
     """Like parse_sglang_args for many lists in one SGLang import; rejections are returned, not raised."""
-    results = _run([list(a) for a in arg_lists], timeout)
-    out: list[dict[str, Any] | SglangArgsRejected] = []
-    for args, result in zip(arg_lists, results, strict=True):
-        out.append(result if result["ok"] else SglangArgsRejected(args, result))
-    return out
+    return HARNESS.parse_many(arg_lists, timeout)

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from ib_testkit.llama_server import llama_server_bin
 
 from tests.contracts.conftest import require
 from tests.contracts.llama_flags import check_llama_server_args, llama_server_flags
-from tests.contracts.llama_server import llama_server_bin
 from tests.contracts.test_llama_server_harness import RENDERED
 
 ROOT = Path(__file__).resolve().parents[2]

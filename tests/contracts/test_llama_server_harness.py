@@ -13,16 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from tests.contracts.conftest import require
-from tests.contracts.gguf_models import write_target_and_draft
-from tests.contracts.llama_server import (
+from ib_testkit.llama_server import (
     llama_bench_bin,
     llama_cpp_pins,
     llama_server_bin,
     run_llama_server_to_exit,
     start_llama_server,
 )
+
+from tests.contracts.conftest import require
+from tests.contracts.gguf_models import write_target_and_draft
 
 pytestmark = pytest.mark.slow
 

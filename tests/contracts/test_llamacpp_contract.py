@@ -1,6 +1,6 @@
 """Rendered llama.cpp containers boot the real pinned llama-server (b11312) and do what the spec asked.
 
-CPU specs (tests/factories.py nodes) -> select -> engines.llamacpp.container -> the container's args, booted as
+CPU specs (ib_testkit.factories nodes) -> select -> engines.llamacpp.container -> the container's args, booted as
 they are except for exactly these substitutions (checked by ``_assert_only_substituted``):
 
 - command: the rendered ``/app/llama-server`` (the image's path) -> the binary built by hack/build-llama-server;
@@ -23,13 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from inference_backend.api.model import ModelSpec
-from inference_backend.selection.decision import InvalidSpec
-
-from tests.contracts.conftest import require
-from tests.contracts.gguf_models import write_target_and_draft
-from tests.contracts.llama_flags import check_llama_server_args
-from tests.contracts.llama_server import (
+from ib_testkit.factories import MODELS, node
+from ib_testkit.llama_server import (
     DRAFT_FLAGS,
     MODEL_FLAGS,
     free_port,
@@ -37,8 +32,13 @@ from tests.contracts.llama_server import (
     run_llama_server_to_exit,
     start_llama_server,
 )
-from tests.contracts.rendered import Rendered, render_case
-from tests.factories import MODELS, node
+from ib_testkit.rendered import Rendered, render_case
+from inference_backend.api.model import ModelSpec
+from inference_backend.decision import InvalidSpec
+
+from tests.contracts.conftest import require
+from tests.contracts.gguf_models import write_target_and_draft
+from tests.contracts.llama_flags import check_llama_server_args
 
 pytestmark = pytest.mark.slow
 

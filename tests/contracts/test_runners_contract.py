@@ -10,13 +10,12 @@ import argparse
 from collections.abc import Sequence
 
 import pytest
+from ib_testkit.factories import MODELS
+from ib_testkit.rendered import render_case
+from ib_testkit.runner_cases import CASES, RUNNER_MODELS, localize, render_runner_case
+from inference_backend.decision import InvalidSpec
 from inference_backend.runners.onnx.args import build_parser as onnx_parser
 from inference_backend.runners.pytorch.args import build_parser as pytorch_parser
-from inference_backend.selection.decision import InvalidSpec
-
-from tests.contracts.rendered import render_case
-from tests.contracts.runner_cases import CASES, RUNNER_MODELS, localize, render_runner_case
-from tests.factories import MODELS
 
 PARSERS = {"pytorch": pytorch_parser, "onnxruntime": onnx_parser}
 COMMANDS = {"pytorch": ("ib-pytorch-runner",), "onnxruntime": ("ib-onnxruntime-server",)}

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from inference_backend.selection.decision import InvalidSpec
+from ib_testkit.factories import node
+from ib_testkit.rendered import render_case
+from inference_backend.decision import InvalidSpec
 
-from tests.contracts.rendered import render_case
 from tests.contracts.tgi import check_tgi_args
-from tests.factories import node
 
 L8 = {"modelRef": "llama-3-1-8b"}
 L70 = {"modelRef": "llama-3-1-70b"}

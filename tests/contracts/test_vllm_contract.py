@@ -1,6 +1,6 @@
 """Every rendered `vllm serve` container is accepted by vLLM 0.33.0 itself and means what the spec asked.
 
-Specs on GPU nodes (tests/factories.py) -> select -> engines.vllm.container -> the container's args, unchanged,
+Specs on GPU nodes (ib_testkit.factories) -> select -> engines.vllm.container -> the container's args, unchanged,
 through vLLM's own parser, validate_parsed_serve_args, AsyncEngineArgs.from_cli_args and the no-model config
 checks of hack/vllm_parse_args.py (one vLLM process for all cases). Then the parsed values are compared with the
 spec's request, not with the renderer's output.
@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from inference_backend.selection.decision import InvalidSpec
+from ib_testkit.factories import MODELS, node
+from ib_testkit.rendered import Rendered, render_case
+from inference_backend.decision import InvalidSpec
 
-from tests.contracts.rendered import Rendered, render_case
 from tests.contracts.vllm import VllmArgsRejected, parse_vllm_args_many
-from tests.factories import MODELS, node
 
 pytestmark = pytest.mark.slow
 

@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # runner_helpers, also used by bench/runners.py
+from ib_testkit import free_port
 
 HEAVY = ("torch", "transformers", "onnxruntime", "onnx", "fastapi", "uvicorn", "httpx")
 REQUIRE = os.environ.get("IB_REQUIRE_RUNNERS") == "1"
@@ -80,53 +75,11 @@ def reference(models: dict[str, Path]) -> Any:
     return greedy
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self, kind: str, args: list[str], log: Path) -> None:
-        self.port = int(args[args.index("--port") + 1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "operator")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"inference_backend.runners.{kind}", *args],
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log.read_text()[-3000:]
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{tail}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError(f"server not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """start_server(kind, [args without --host/--port]) -> ready Server; all stopped at session end."""
+    from ib_testkit.runners import Server  # httpx: only where the heavy modules are (see MISSING)
+
     started: list[Server] = []
     logs = tmp_path_factory.mktemp("logs")
 

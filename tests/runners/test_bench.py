@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("guidellm")  # runners venv only; IB_REQUIRE_RUNNERS=1 turns this skip into a failure
 
+from ib_testkit.runners import metric
 from inference_backend.bench import config
 from inference_backend.cli import build_parser
-from runner_helpers import metric
 
 ROOT = Path(__file__).parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -1,7 +1,7 @@
 """Both servers start from the container args the engine renderers produce and answer a request.
 
 The args come from engines.pytorch.container / engines.onnxruntime.container for the "serve-" specs of
-tests/contracts/runner_cases.py. Substituted, by runner_cases.localize only: the values of --model/--draft-model
+ib_testkit/runner_cases.py. Substituted, by runner_cases.localize only: the values of --model/--draft-model
 (in-pod directories -> the tiny models made here), --host (-> 127.0.0.1) and --port (-> a free port); the
 rendered command (ib-pytorch-runner / ib-onnxruntime-server, console scripts of those modules) runs as
 `python -m inference_backend.runners.<pytorch|onnx>`.
@@ -13,11 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, free_port
+from ib_testkit.runner_cases import CASES, localize, render_runner_case
+from ib_testkit.runners import Server, free_port
 from inference_backend.runners.onnx.args import build_parser as onnx_parser
 from inference_backend.runners.pytorch.args import build_parser as pytorch_parser
-
-from tests.contracts.runner_cases import CASES, localize, render_runner_case
 
 SERVE = [name for name in CASES if name.startswith("serve-")]
 MODULES = {"pytorch": "pytorch", "onnxruntime": "onnx"}

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from ib_testkit import free_port
+from ib_testkit.llama_server import llama_cpp_source, llama_server_bin
 
 from bench import bench_model
 from bench.engine_profiles import greedy, start, transformers_greedy
 from bench.profile_render import localize, render
-from tests.contracts.llama_server import free_port, llama_server_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "The quick brown fox asked the server a question, and the cache said 42!"
@@ -29,8 +30,8 @@ TEXT = "The quick brown fox asked the server a question, and the cache said 42!"
 def _require_llama() -> None:
     if not llama_server_bin().exists():
         pytest.skip(f"{llama_server_bin()} missing: run hack/build-llama-server")
-    if not (bench_model.llama_cpp_source() / "convert_hf_to_gguf.py").exists():
-        pytest.skip(f"no llama.cpp source at {bench_model.llama_cpp_source()}: run hack/build-llama-server")
+    if not (llama_cpp_source() / "convert_hf_to_gguf.py").exists():
+        pytest.skip(f"no llama.cpp source at {llama_cpp_source()}: run hack/build-llama-server")
 
 
 def test_gguf_is_the_same_model_as_safetensors(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from runner_helpers import complete
+from ib_testkit.runners import complete
 
 VLLM_SUFFIXES = (
     "time_to_first_token_seconds_bucket",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_helpers import concurrent, metric, workload
+from ib_testkit.runners import concurrent, metric, workload
 
 PREFIX = (["--enable-prefix-caching"], ["--no-enable-prefix-caching"])
 CONFIGS = [

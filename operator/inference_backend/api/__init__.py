@@ -1,6 +1,7 @@
 """The InferenceBackend and Model API (serving.inferencebackend.io/v1alpha1) as pydantic models.
 
-The CRD YAML in ``crds/`` is generated from these models by :mod:`inference_backend.api.crd`.
+The CRD YAML in ``crds/`` is generated from these models by :mod:`inference_backend.crdgen`
+(schema machinery in :mod:`inference_backend.api.crd`).
 """
 
 from inference_backend.api.common import API_VERSION, GROUP, VERSION

@@ -23,11 +23,12 @@ from inference_backend.api.common import (
 )
 from inference_backend.api.model import ObjectMeta
 
-Backend = Literal["auto", "vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
-Engine = Literal["vllm", "tgi", "llamacpp", "onnxruntime", "pytorch"]
+Engine = Literal["vllm", "tgi", "sglang", "llamacpp", "onnxruntime", "pytorch"]
+"""The engines' names, in registry order: equal to inference_backend.engines.NAMES (tests/test_engine_cards.py).
+What each engine can do is on its card (engines/<name>.py), not here."""
+Backend = Literal["auto", Engine]
 Strategy = Literal["auto", "static", "dynamic", "continuous"]
 Phase = Literal["Pending", "Deploying", "Ready", "Degraded", "Failed"]
-_KV_Q_MESSAGE = "kvCache.dtype q8_0 and q4_0 are llama.cpp cache types: backend must be llamacpp or auto"
 _GGUF_LIST = "[" + ", ".join(f"'{q}'" for q in sorted(GGUF_QUANTIZATIONS)) + "]"
 
 
@@ -124,7 +125,7 @@ class KVCache(ApiModel):
     block_size: int = Field(default=16, ge=1, le=256)
     """PagedAttention block size in tokens, where the engine has blocks."""
     dtype: Literal["auto", "fp8", "float16", "bfloat16", "q8_0", "q4_0"] = "auto"
-    """KV cache dtype: auto (the model's), fp8, float16, bfloat16, or the llama.cpp types q8_0 and q4_0."""
+    """KV cache dtype: auto (the model's), fp8, float16, bfloat16, or the block-quantized types q8_0 and q4_0."""
     cpu_offload_gi_b: float = Field(default=0, ge=0, alias="cpuOffloadGiB")
     """CPU memory for KV offload/swap, in GiB (0 = none)."""
 
@@ -177,26 +178,14 @@ class EngineOverrides(ApiModel):
 class InferenceBackendSpec(ApiModel):
     """The desired serving of one model."""
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!(self.kvCache.dtype in ['q8_0', 'q4_0']) || self.backend in ['auto', 'llamacpp']",
-                    "message": _KV_Q_MESSAGE,
-                },
-                {
-                    "rule": "self.hardware.accelerator != 'cpu' || !(self.backend in ['vllm', 'tgi'])",
-                    "message": "backend vllm and tgi need a GPU: hardware.accelerator cannot be cpu",
-                },
-            ]
-        }
-    }
+    # Rules that depend on what the engines can do (a GPU-only engine on CPU, a KV cache type only some engines
+    # have) are made from the engine cards: engines/rules.py, written into the CRD by crdgen.py.
 
     model: ModelSource
     """The model to serve."""
     backend: Backend = "auto"
-    """auto (let the selection tree decide), vllm, tgi, llamacpp, onnxruntime or pytorch. An explicit backend is
-    honoured or refused with reasons, never replaced."""
+    """auto (let the selection tree decide) or one engine. An explicit backend is honoured or refused with reasons,
+    never replaced. (The CRD's text lists the engines from their cards.)"""
     objectives: Objectives = sub(Objectives)
     """Latency and throughput targets the selection balances."""
     hardware: Hardware = sub(Hardware)
@@ -215,14 +204,6 @@ class InferenceBackendSpec(ApiModel):
     """Escape hatches for the engine container."""
     resources: ResourceRequirements | None = None
     """Override the engine container's requests/limits (default: derived from the decision)."""
-
-    @model_validator(mode="after")
-    def _cross_fields(self) -> InferenceBackendSpec:
-        if self.kv_cache.dtype in ("q8_0", "q4_0") and self.backend not in ("auto", "llamacpp"):
-            raise ValueError(_KV_Q_MESSAGE)
-        if self.hardware.accelerator == "cpu" and self.backend in ("vllm", "tgi"):
-            raise ValueError("backend vllm and tgi need a GPU: hardware.accelerator cannot be cpu")
-        return self
 
 
 class Rejection(ApiModel):

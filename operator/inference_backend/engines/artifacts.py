@@ -17,13 +17,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from inference_backend import __version__
-from inference_backend.selection.decision import InvalidSpec, ResolvedModel
+from inference_backend.decision import InvalidSpec, ResolvedModel
 
 Json = dict[str, Any]
 OPERATOR_IMAGE = f"ghcr.io/inference-backend/operator:{__version__}"
 MOUNTS = {"model": "/models", "draft": "/draft-models"}
-OWN_HF_LOADER = frozenset({"vllm", "tgi", "llamacpp"})
-"""Engines that download from the Hugging Face Hub themselves."""
 _FILE_SUFFIXES = (".gguf", ".onnx", ".safetensors", ".bin", ".pt", ".pth")
 # Keys of the credentials Secret, as documented on ModelSource.credentialsSecret (api/inferencebackend.py).
 _SECRET_KEYS: dict[str, tuple[tuple[str, bool], ...]] = {
@@ -114,8 +112,9 @@ def _fetch(model: ResolvedModel, role: str, uri: str, scheme: str, field: str) -
     )
 
 
-def resolve(model: ResolvedModel, engine: str, role: str = "model") -> Artifact:
-    """The artifact of ``model`` (role ``model`` or ``draft``) for ``engine``."""
+def resolve(model: ResolvedModel, own_hf_loader: bool, role: str = "model") -> Artifact:
+    """The artifact of ``model`` (role ``model`` or ``draft``) for an engine that downloads from the Hugging Face
+    Hub itself (``own_hf_loader``, from its card) or not."""
     field = "spec.model.uri" if role == "model" else "spec.speculativeDecoding.draftModelRef"
     if model.uri is None:
         raise InvalidSpec(field, "the model has no uri (set it inline or on its Model)")
@@ -126,7 +125,7 @@ def resolve(model: ResolvedModel, engine: str, role: str = "model") -> Artifact:
         if len(parts) < 2:
             raise InvalidSpec(field, f"{model.uri!r}: expected hf://org/repo[/file]")
         repo, file = "/".join(parts[:2]), "/".join(parts[2:]) or None
-        if engine in OWN_HF_LOADER:
+        if own_hf_loader:
             return Artifact(scheme, hf_repo=repo, hf_file=file, env=secret_env(model.credentials_secret, "hf"))
         return _fetch(model, role, model.uri, scheme, field)
     if scheme == "pvc":

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision, InvalidSpec, Placement
 from inference_backend.engines.artifacts import Artifact
-from inference_backend.selection.decision import Decision, InvalidSpec, Placement
 
 HTTP_PORT = 8000
 HOST = "0.0.0.0"
@@ -22,6 +22,18 @@ MODEL_CACHE_DIR = "/model-cache"
 GIB = 2**30
 
 Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the engine answers, on its container port."""
+
+    port: int
+    health: str
+    """GET path that answers 200 once the model is loaded (startup, readiness and liveness probes)."""
+    metrics: str
+    """GET path of the Prometheus metrics."""
+    openai: tuple[str, ...] = ("/v1/completions", "/v1/chat/completions", "/v1/models")
 
 
 @dataclass(frozen=True)
@@ -286,6 +298,25 @@ def artifact_parts(*artifacts: Artifact | None) -> tuple[tuple[Json, ...], tuple
     )
 
 
+@dataclass(frozen=True)
+class PodParts:
+    """What an engine that downloads into the model cache adds to its pod: the artifacts' env, volumes, mounts and
+    init containers, the model-cache emptyDir and (several GPUs per replica) a memory-backed /dev/shm."""
+
+    env: tuple[Json, ...]
+    volumes: tuple[Json, ...]
+    mounts: tuple[Json, ...]
+    init: tuple[Json, ...]
+
+
+def cached_pod_parts(decision: Decision, *artifacts: Artifact | None) -> PodParts:
+    cache_vol, cache_mount = model_cache_volume()
+    art_env, art_vols, art_mounts, init = artifact_parts(*artifacts)
+    shm_vols, shm_mounts = shm_volume(decision)
+    return PodParts(art_env, merge_named((cache_vol,), art_vols, shm_vols),
+                    merge_named((cache_mount,), art_mounts, shm_mounts), init)  # fmt: skip
+
+
 def assemble(
     *,
     engine: str,
@@ -301,13 +332,14 @@ def assemble(
     volumes: tuple[Json, ...] = (),
     mounts: tuple[Json, ...] = (),
     init: tuple[Json, ...] = (),
+    endpoints: Endpoints,
     reserved_env: Mapping[str, str] | None = None,
     kv_bytes: float | None = None,
 ) -> EngineContainer:
     """The container every engine shares the shape of: ``spec.engine`` overrides applied last (and checked),
-    probes on GET /health and metrics at /metrics, both on the API port, resources from the decision."""
+    probes on the card's health endpoint and metrics at its metrics path, resources from the decision."""
     image, argv, env = apply_overrides(spec, image, args, env, aliases, reserved_env)
-    startup, ready, live = health_probes("/health")
+    startup, ready, live = health_probes(endpoints.health, endpoints.port)
     return EngineContainer(
         engine=engine,
         version=version,
@@ -324,8 +356,8 @@ def assemble(
         volumes=volumes,
         volume_mounts=mounts,
         init_containers=init,
-        metrics_port=HTTP_PORT,
-        metrics_path="/metrics",
+        metrics_port=endpoints.port,
+        metrics_path=endpoints.metrics,
         unsupported=tuple(notes),
         flags=tuple(args.flags),
     )

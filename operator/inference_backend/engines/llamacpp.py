@@ -10,34 +10,38 @@ tests/contracts/test_llamacpp_contract.py boots the pinned llama-server with exa
 
 from __future__ import annotations
 
+from inference_backend.api.common import GGUF_QUANTIZATIONS
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     cpu_cores,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
     served_name,
-    shm_volume,
 )
-from inference_backend.selection.decision import Decision
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "llamacpp"
 LLAMA_CPP_BUILD = 11312
 """The llama.cpp build (bNNNN) the images are pinned to: the one vendored by llama-cpp-python 0.3.36, the same
 pin as hack/llama-cpp.version (LLAMA_CPP_BUILD), whose binary the contract tests boot; a test keeps the two equal.
 After PR #22397 (see module doc)."""
+OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = f"b{LLAMA_CPP_BUILD}"
 IMAGE_CPU = f"ghcr.io/ggml-org/llama.cpp:server-{VERSION}"
 IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("/app/llama-server",)  # the server images' entrypoint (.devops/*.Dockerfile: /app/llama-server)
 # Every spelling in arg.cpp of the flags we set -> one name (short, long, --no- forms).
 ALIASES = {
@@ -86,7 +90,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     assert model is not None and decision.batching is not None
     notes: list[str] = []
     on_gpu = p.gpu is not None
-    art = artifacts.resolve(model, ENGINE)
+    art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
     if art.hf_repo is not None:
         # arg.cpp -hf/-hfr/--hf-repo <user>/<model>[:quant] and -hff/--hf-file: llama-server downloads into
@@ -140,18 +144,16 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     if spec.kv_cache.block_size != 16:
         notes.append("kvCache.blockSize: llama.cpp has no paged KV blocks; ignored")
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art, draft_art)
     # LLAMA_CACHE: where -hf downloads go (common.cpp fs_get_cache_directory).
-    env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), art_env)
+    env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), parts.env)
     # tools/server: GET /health (503 while loading), GET /metrics with --metrics
     kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE_CUDA if on_gpu else IMAGE_CPU, command=COMMAND, args=a,
-        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, init=init, kv_bytes=kv_bytes,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
+        kv_bytes=kv_bytes,
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 
@@ -165,7 +167,7 @@ def _draft(decision: Decision, a: ArgBuilder, on_gpu: bool) -> artifacts.Artifac
     if not s.enabled or s.draft is None:
         return None
     assert decision.model is not None
-    art = artifacts.resolve(artifacts.draft_model(decision.model, s.draft), ENGINE, "draft")
+    art = artifacts.resolve(artifacts.draft_model(decision.model, s.draft), OWN_HF_LOADER, "draft")
     src = "spec.speculativeDecoding.draftModelRef"
     if art.hf_repo is not None:
         # arg.cpp -hfd/-hfrd/--hf-repo-draft <user>/<model>[:quant]: there is no --hf-file for the draft, so the
@@ -181,3 +183,22 @@ def _draft(decision: Decision, a: ArgBuilder, on_gpu: bool) -> artifacts.Artifac
     # arg.cpp -ngld/--gpu-layers-draft
     a.add("-ngld", 999 if on_gpu else 0, source="the decision's placement")
     return art
+
+
+# Continuous batching over -np slots (static with --no-cont-batching); GGUF only; draft-model speculation; quantized
+# KV cache types; layer split over several GPUs (--split-mode); GPU kernels from compute 5.0; bf16 needs no minimum.
+CARD = EngineCard(
+    name=ENGINE, title="llama.cpp", version=VERSION,
+    formats=frozenset({"gguf"}), accelerators=frozenset({"gpu", "cpu"}),
+    batching=("continuous", "static"), prefix_cache=True, speculative=frozenset({"draft"}),
+    quantizations=GGUF_QUANTIZATIONS | {"none"}, kv_dtypes=frozenset({"float16", "bfloat16", "q8_0", "q4_0"}),
+    multi_gpu=True, multi_node=False, min_compute=(5, 0), bf16_min_compute=(0, 0),
+    own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float32",
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, endpoints=ENDPOINTS,
+    profiles={
+        "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
+        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+    },
+    summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
+    render=container,
+)  # fmt: skip

@@ -7,9 +7,11 @@ decoding (the selection already reports it off).
 from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
-from inference_backend.selection.decision import Decision
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "onnxruntime"
 VERSION = runners.VERSION
@@ -29,3 +31,21 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
 def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
     return runners.container(decision, spec, name, engine=ENGINE, image=IMAGE, command=COMMAND,
                              strategies=STRATEGIES, extra=_extra)  # fmt: skip
+
+
+# Our ONNX Runtime server: dynamic and static batching, prefix cache, one device per replica.
+CARD = EngineCard(
+    name=ENGINE, title="ONNX Runtime", version=VERSION,
+    formats=frozenset({"onnx"}), accelerators=frozenset({"gpu", "cpu"}),
+    batching=("dynamic", "static"), prefix_cache=True, speculative=frozenset(),
+    quantizations=frozenset({"none", "int8", "int4"}), kv_dtypes=frozenset(),
+    multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
+    own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
+    images={"gpu": IMAGE, "cpu": IMAGE}, endpoints=runners.ENDPOINTS,
+    profiles={
+        "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
+        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+    },
+    summary="ONNX models on CPU or one GPU: dynamic and static batching, prefix cache",
+    render=container,
+)  # fmt: skip

@@ -7,9 +7,11 @@ Flags: runners/common/args.py (shared) and runners/pytorch/args.py (--device, --
 from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
-from inference_backend.selection.decision import Decision
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "pytorch"
 VERSION = runners.VERSION
@@ -25,7 +27,9 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
     if not s.enabled or s.draft is None:
         return None
     assert decision.model is not None
-    art = artifacts.resolve(artifacts.draft_model(decision.model, s.draft), ENGINE, "draft")
+    art = artifacts.resolve(
+        artifacts.draft_model(decision.model, s.draft), False, "draft"
+    )  # our runners take a local directory
     assert art.directory is not None
     # pytorch/args.py --draft-model PATH (a directory sharing the target's tokenizer), --num-speculative-tokens N
     a.add("--draft-model", art.directory, source="spec.speculativeDecoding.draftModelRef")
@@ -36,3 +40,20 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
 def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
     return runners.container(decision, spec, name, engine=ENGINE, image=IMAGE, command=COMMAND,
                              strategies=STRATEGIES, extra=_extra)  # fmt: skip
+
+
+# Our PyTorch eager runner: every batching strategy, prefix cache, assisted generation with a draft.
+CARD = EngineCard(
+    name=ENGINE, title="PyTorch", version=VERSION, formats=frozenset({"safetensors", "pytorch"}),
+    accelerators=frozenset({"gpu", "cpu"}), batching=("continuous", "dynamic", "static"), prefix_cache=True,
+    speculative=frozenset({"draft"}), quantizations=frozenset({"none"}), kv_dtypes=frozenset({"float16", "bfloat16"}),
+    multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
+    own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
+    images={"gpu": IMAGE, "cpu": IMAGE}, endpoints=runners.ENDPOINTS,
+    profiles={
+        "gpu": Profile(80, 110, 15.0, 2, NOT_MEASURED_ON_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
+        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+    },
+    summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
+    render=container,
+)  # fmt: skip

@@ -9,11 +9,13 @@ from collections.abc import Callable
 
 from inference_backend import __version__
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
     artifact_parts,
     assemble,
@@ -23,9 +25,10 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.selection.decision import Decision
 
 VERSION = __version__
+# common/server.py: GET /health (503 until loaded), GET /metrics, both on the API port.
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 ALIASES = {"--no-enable-prefix-caching": "--enable-prefix-caching"}  # argparse.BooleanOptionalAction pair
 DTYPES = ("float32", "float16", "bfloat16")  # common/args.py --dtype choices (besides auto)
 
@@ -38,7 +41,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
     model = decision.model
     assert model is not None and decision.batching is not None
     notes: list[str] = []
-    art = artifacts.resolve(model, engine)
+    art = artifacts.resolve(model, False)  # our runners take a local directory
     a = ArgBuilder()
     directory = art.directory
     assert directory is not None  # runners always get local weights (artifacts: fetched for hf://)
@@ -73,6 +76,6 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
     # common/server.py: GET /health (503 until loaded), GET /metrics on the API port
     return assemble(
         engine=engine, version=VERSION, image=image, command=command, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init,
+        decision=decision, spec=spec, notes=notes, init=init, endpoints=ENDPOINTS,
         volumes=merge_named(art_vols, shm_vols), mounts=merge_named(art_mounts, shm_mounts),
     )  # fmt: skip

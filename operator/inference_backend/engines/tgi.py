@@ -11,26 +11,28 @@ tests/contracts/data/tgi-3.3.7-launcher.json.
 from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision
 from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
-    shm_volume,
 )
-from inference_backend.selection.decision import Decision
+from inference_backend.engines.card import EngineCard, Profile
 
 ENGINE = "tgi"
+OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "3.3.7"
 IMAGE = f"ghcr.io/huggingface/text-generation-inference:{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("text-generation-launcher",)
 # Metrics: the router serves GET /metrics on the API port (router/src/server.rs, the `metrics` route rendering the
 # PrometheusHandle), so no metrics flag is rendered. `--prometheus-port` is NOT rendered: it is absent from the
@@ -52,7 +54,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     model = decision.model
     assert model is not None and decision.batching is not None
     notes: list[str] = []
-    art = artifacts.resolve(model, ENGINE)
+    art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
     a.add("--model-id", art.reference, source="spec.model.uri")  # main.rs model_id
     a.add("--hostname", HOST, source="the operator (listen on all addresses)")  # main.rs hostname
@@ -99,9 +101,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         notes.append(f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
                      "in OpenAI requests; the name is not enforced")  # fmt: skip
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art)
     env = merge_named(
         # main.rs resolve_attention(): PREFIX_CACHING env ("0" disables; unset = on for most models).
         ({"name": "PREFIX_CACHING", "value": "1" if decision.prefix_cache else "0"},),
@@ -109,18 +109,38 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         ({"name": "HUGGINGFACE_HUB_CACHE", "value": MODEL_CACHE_DIR},),
         # main.rs usage_stats (env USAGE_STATS): no usage reporting from the cluster.
         ({"name": "USAGE_STATS", "value": "off"},),
-        art_env,  # HF_TOKEN: read by the launcher (get_config) and the shards
+        parts.env,  # HF_TOKEN: read by the launcher (get_config) and the shards
     )
     reserved = {_env_name(f.name): f.source for f in a.flags}
     # router: GET /health, GET /metrics on the API port
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init, reserved_env=reserved,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init, reserved_env=reserved,
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 
 def _env_name(flag: str) -> str:
     """clap's `env` name of a long flag: --max-batch-size -> MAX_BATCH_SIZE."""
     return flag.lstrip("-").replace("-", "_").upper()
+
+
+_TGI_PROFILE = (
+    "published: vLLM blog 2023-06-20 'vLLM: Easy, Fast, and Cheap LLM Serving with PagedAttention' (vLLM up to 3.5x "
+    "the throughput of TGI) and Anyscale 2023 'How continuous batching enables 23x throughput in LLM inference' "
+    "(A100); TGI at 1/3.5 of vLLM at saturation, rounded up; not measured here (no GPU lent yet: bench/gpu/h200.sh)"
+)
+# Continuous batching; --speculate is n-gram (or Medusa heads), no separate draft model; flash-attention kernels need
+# Ampere (8.0)+; no int8 weight scheme of ours maps to its --quantize. Single node only (sharded over local GPUs).
+CARD = EngineCard(
+    name=ENGINE, title="TGI", version=VERSION,
+    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
+    batching=("continuous",), prefix_cache=True, speculative=frozenset({"ngram"}),
+    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset({"fp8"}),
+    multi_gpu=True, multi_node=False, min_compute=(8, 0), bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float16",
+    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
+    profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
+    summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
+    render=container,
+)  # fmt: skip

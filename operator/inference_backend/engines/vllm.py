@@ -12,27 +12,29 @@ from __future__ import annotations
 import json
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision, InvalidSpec, ResolvedModel
 from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
     MODEL_CACHE_DIR,
     ArgBuilder,
+    Endpoints,
     EngineContainer,
-    artifact_parts,
     assemble,
+    cached_pod_parts,
     gpus,
     merge_named,
-    model_cache_volume,
     placement,
     served_name,
-    shm_volume,
 )
-from inference_backend.selection.decision import Decision, InvalidSpec, ResolvedModel
+from inference_backend.engines.card import EngineCard, Profile
 
 ENGINE = "vllm"
+OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "0.33.0"
 IMAGE = f"vllm/vllm-openai:v{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("vllm", "serve")
 # Every spelling of the flags we set -> one name (0.33.0 engine/arg_utils.py: "-tp", "-q", "-sc",
 # --device-memory-utilization aliases; EnableDisableAction adds --disable-<x> and the legacy --no-enable-<x>;
@@ -58,7 +60,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     model = decision.model
     assert model is not None and decision.batching is not None
     notes: list[str] = []
-    art = artifacts.resolve(model, ENGINE)
+    art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
     # `vllm serve <model_tag>`: positional model (entrypoints/cli/serve.py); a repository id or a local path.
     a.positional.append(art.reference)
@@ -114,22 +116,19 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # prompt_lookup_max, prompt_lookup_min)
         a.add("--speculative-config", spec_cfg, source="spec.speculativeDecoding")
 
-    cache_vol, cache_mount = model_cache_volume()
-    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
-    shm_vols, shm_mounts = shm_volume(decision)
+    parts = cached_pod_parts(decision, art, draft_art)
     env = merge_named(
         # HF_HOME: where huggingface_hub (vLLM's hf:// loader) caches downloads.
         ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
         # vllm/envs.py VLLM_NO_USAGE_STATS / DO_NOT_TRACK: no usage reporting from the cluster.
         ({"name": "VLLM_NO_USAGE_STATS", "value": "1"}, {"name": "DO_NOT_TRACK", "value": "1"}),
-        art_env,
+        parts.env,
     )
     # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init,
-        volumes=merge_named((cache_vol,), art_vols, shm_vols),
-        mounts=merge_named((cache_mount,), art_mounts, shm_mounts),
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
+        volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
 
@@ -157,6 +156,31 @@ def _speculative(decision: Decision, target: ResolvedModel) -> tuple[str | None,
                "prompt_lookup_min": NGRAM_LOOKUP_MIN}  # fmt: skip
         return json.dumps(cfg, sort_keys=True, separators=(",", ":")), None
     assert s.draft is not None
-    art = artifacts.resolve(artifacts.draft_model(target, s.draft), ENGINE, "draft")
+    art = artifacts.resolve(artifacts.draft_model(target, s.draft), OWN_HF_LOADER, "draft")
     cfg2: dict[str, object] = {"method": "draft_model", "model": art.reference, "num_speculative_tokens": s.num_tokens}
     return json.dumps(cfg2, sort_keys=True, separators=(",", ":")), art
+
+
+_GPU_QUANT = frozenset({"none", "awq", "gptq", "fp8", "int8"})
+_VLLM_BLOG = (
+    "published: vLLM blog 2023-06-20 'vLLM: Easy, Fast, and Cheap LLM Serving with PagedAttention' (up to 24x the "
+    "throughput of HF Transformers and 3.5x of TGI; LLaMA-7B on A10G, LLaMA-13B on A100-40GB) and Anyscale 2023 "
+    "'How continuous batching enables 23x throughput in LLM inference' (A100); not measured here (no GPU lent yet: "
+    "bench/gpu/h200.sh)"
+)
+# Continuous batching only (its scheduler admits requests every step, which subsumes dynamic batching); spec decode
+# with a draft model or n-gram lookup; compute capability >= 7.0. No bitsandbytes: 0.33.0's QUANTIZATION_METHODS has
+# none (its parser rejects `--quantization bitsandbytes`; docs/engine-flags/vllm-0.33.0.md and
+# tests/contracts/test_vllm_harness.py). Multi-node (Ray, --pipeline-parallel-size) exists in 0.33.0; not rendered yet.
+CARD = EngineCard(
+    name=ENGINE, title="vLLM", version=VERSION,
+    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
+    batching=("continuous",), prefix_cache=True, speculative=frozenset({"draft", "ngram"}),
+    quantizations=_GPU_QUANT, kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
+    multi_gpu=True, multi_node=True, min_compute=(7, 0), bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
+    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
+    profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
+    summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
+    render=container,
+)  # fmt: skip

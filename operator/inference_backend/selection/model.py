@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 from inference_backend.api.inferencebackend import ModelSource
 from inference_backend.api.model import ModelSpec
+from inference_backend.decision import InvalidSpec, ResolvedModel
 from inference_backend.memory import nearest_shape
 from inference_backend.quantity import parse_parameters
-from inference_backend.selection.decision import InvalidSpec, ResolvedModel
 
 _SUFFIX_FORMATS = ((".gguf", "gguf"), (".onnx", "onnx"), (".pt", "pytorch"), (".pth", "pytorch"),
                    (".bin", "pytorch"), (".safetensors", "safetensors"))  # fmt: skip

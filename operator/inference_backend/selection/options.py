@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
-from inference_backend.catalog import CATALOG, PROFILES, gpu_speed
-from inference_backend.facts import GPUFacts
+from inference_backend.decision import Placement, ResolvedModel
+from inference_backend.engines import card
+from inference_backend.facts import GPUFacts, gpu_speed
 from inference_backend.memory import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -21,7 +22,6 @@ from inference_backend.memory import (
     tensor_parallel_options,
 )
 from inference_backend.quantity import gib
-from inference_backend.selection.decision import Placement, ResolvedModel
 from inference_backend.selection.hardware import UsableClass
 
 MIB = 2**20
@@ -60,10 +60,10 @@ def serving_dtype(engine: str, model: ResolvedModel, gpu: GPUFacts | None) -> tu
     notes: list[str] = []
     if dtype in ("fp8", "int8", "int4") or model.quantization != "none":
         return dtype, notes
-    if gpu is not None and engine in ("vllm", "tgi") and dtype == "float32":
-        notes.append(f"{engine} serves float32 checkpoints in float16 on GPU")
-        dtype = "float16"
-    caps = CATALOG[engine]
+    caps = card(engine)
+    if gpu is not None and dtype == "float32" and caps.float32_on_gpu != "float32":
+        notes.append(f"{engine} serves float32 checkpoints in {caps.float32_on_gpu} on GPU")
+        dtype = caps.float32_on_gpu
     if gpu is not None and dtype == "bfloat16" and gpu.compute is not None and gpu.compute < caps.bf16_min_compute:
         notes.append(f"{gpu.product} (compute {gpu.compute[0]}.{gpu.compute[1]}) lacks bfloat16: serving in float16")
         dtype = "float16"
@@ -77,7 +77,7 @@ def model_bytes(model: ResolvedModel, dtype: str) -> float:
 
 
 def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str) -> float:
-    caps = CATALOG[engine]
+    caps = card(engine)
     kv_dtype = requested if requested != "auto" and requested in caps.kv_dtypes else "auto"
     if kv_dtype == "auto":
         kv_dtype = "float32" if dtype == "float32" else "float16"
@@ -86,7 +86,7 @@ def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str) 
 
 def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: float) -> tuple[float, float]:
     """Estimated TTFT (ms) and aggregate tokens/s, scaled from the engine's 7B reference profile."""
-    profile = PROFILES[(engine, placement.accelerator)]
+    profile = card(engine).profiles["gpu" if placement.gpu is not None else "cpu"]
     size = model.parameters / 7e9
     bytes_ratio = (7e9 * profile.bytes_per_param) / max(weights, 1.0)
     if placement.gpu is not None:
@@ -142,11 +142,11 @@ def engine_options(
     cpu_classes: list[UsableClass],
 ) -> tuple[list[Option], str]:
     """Every placement of ``engine`` that fits, and why none does when the list is empty."""
-    caps = CATALOG[engine]
+    caps = card(engine)
     fraction = spec.kv_cache.memory_fraction
     options: list[Option] = []
     closest: tuple[float, str] | None = None  # (shortfall, message) of the nearest miss
-    for usable in gpu_classes:
+    for usable in gpu_classes if "gpu" in caps.accelerators else []:
         for gpu in usable.hardware.gpus:
             if gpu.count <= 0:
                 continue
@@ -171,7 +171,7 @@ def engine_options(
                     options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, found))
                 else:
                     closest = _nearer(closest, fit, f" per replica; {tp}x {gpu.product} offers", fraction)
-    if not caps.gpu_required:
+    if "cpu" in caps.accelerators:
         for usable in cpu_classes:
             hw = usable.hardware
             dtype = model.dtype

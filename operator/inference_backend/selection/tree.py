@@ -1,4 +1,4 @@
-"""The selection decision tree: spec + node facts + catalog -> Decision, with every step's reason recorded.
+"""The selection decision tree: spec + node facts + engine cards -> Decision, with every step's reason recorded.
 
 Steps, in order (each appends to the decision path):
 1. resolve the model (registered Model + inline facts; format, dtype, shape inferred where plain);
@@ -8,7 +8,7 @@ Steps, in order (each appends to the decision path):
 5. check the draft model for speculative decoding (registered, tokenizer, vocabulary, architecture, size);
 6. per engine, every placement that fits in memory, with estimated TTFT/throughput and objective misses;
    under ``accelerator: auto`` GPU placements win over CPU ones when any fits;
-7. rank engines by (objectives missed, requested features the engine lacks, catalog order) and the placements of
+7. rank engines by (objectives missed, requested features the engine lacks, registry order) and the placements of
    the winner by (gpuProducts preference, objectives missed, GFD-labelled GPU, draft kept, fewest GPUs,
    smallest GPU memory, faster GPU, product name, hardware class). Python's sort is stable and every key ends
    in a total order, so the same input always gives the same Decision whatever the order of the nodes.
@@ -21,10 +21,7 @@ from collections.abc import Mapping
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.api.model import ModelSpec
-from inference_backend.catalog import CATALOG, ENGINES, Capabilities
-from inference_backend.facts import ClusterFacts
-from inference_backend.quantity import gib
-from inference_backend.selection.decision import (
+from inference_backend.decision import (
     Batching,
     Current,
     Decision,
@@ -33,6 +30,10 @@ from inference_backend.selection.decision import (
     ResolvedModel,
     Speculation,
 )
+from inference_backend.engines import NAMES as ENGINES
+from inference_backend.engines import EngineCard, card, check_spec
+from inference_backend.facts import ClusterFacts
+from inference_backend.quantity import gib
 from inference_backend.selection.hardware import UsableClass, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
 from inference_backend.selection.options import Option, engine_options, serving_dtype
@@ -57,7 +58,7 @@ def _draft(spec: InferenceBackendSpec, model: ResolvedModel, registry: Mapping[s
     return (None, f"draft {sd.draft_model_ref} rejected: {why}") if why else (draft, "")
 
 
-def _lacks(caps: Capabilities, spec: InferenceBackendSpec, draft: ResolvedModel | None) -> list[str]:
+def _lacks(caps: EngineCard, spec: InferenceBackendSpec, draft: ResolvedModel | None) -> list[str]:
     """Requested features the engine does not have natively (counted when ranking engines)."""
     lacks: list[str] = []
     strategy = spec.batching.strategy
@@ -73,7 +74,7 @@ def _lacks(caps: Capabilities, spec: InferenceBackendSpec, draft: ResolvedModel 
         lacks.append(f"prefixCache: {caps.name} has no prefix cache")
     if spec.kv_cache.dtype != "auto" and spec.kv_cache.dtype not in caps.kv_dtypes:
         lacks.append(f"kvCache.dtype {spec.kv_cache.dtype}: not a {caps.name} KV cache type; the model dtype is used")
-    if spec.kv_cache.cpu_offload_gi_b > 0 and caps.name != "vllm":
+    if spec.kv_cache.cpu_offload_gi_b > 0 and not caps.kv_offload:
         lacks.append(f"kvCache.cpuOffloadGiB: {caps.name} has no KV offload to CPU; ignored")
     return lacks
 
@@ -92,11 +93,12 @@ def select(
     ``gpus_in_use`` counts the GPUs of each product already requested by other InferenceBackends, so backends spread
     over the GPUs there are instead of all queueing for the cheapest kind.
     """
+    check_spec(spec)
     model, reasons = resolve_model(spec.model, registry)
     reasons.append(_describe_model(model))
     rejected: dict[str, str] = {}
     for engine in ENGINES:
-        caps = CATALOG[engine]
+        caps = card(engine)
         if model.format not in caps.formats:
             rejected[engine] = f"format {model.format} is not one it serves ({', '.join(sorted(caps.formats))})"
         elif model.quantization not in caps.quantizations:
@@ -160,7 +162,7 @@ def select(
         reasons.append("no engine has a placement that fits: " + "; ".join(f"{e}: {rejected[e]}" for e in candidates))
         return Decision(None, tuple(reasons), tuple(rejected.items()), model=model)
 
-    lacks = {e: _lacks(CATALOG[e], spec, draft) for e in best}
+    lacks = {e: _lacks(card(e), spec, draft) for e in best}
     order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), ENGINES.index(e)))
     if kept is not None:
         if (kept.engine, kept.placement) != (order[0], best[order[0]].placement):  # else the fresh pick agrees
@@ -174,7 +176,7 @@ def select(
     choice = best[winner]
     for engine in order[1:]:
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
-    reasons.append(f"ranked by (objectives missed, features lacking, catalog order): {', '.join(order)}")
+    reasons.append(f"ranked by (objectives missed, features lacking, registry order): {', '.join(order)}")
     gpu = best[winner].placement.gpu
     if kept is None and gpu is not None and (gpu.product, best[winner].placement.gpus_per_replica) in busy:
         used = (gpus_in_use or {}).get(gpu.product, 0)
@@ -213,13 +215,13 @@ def _ranked_below(winner: str, w: Option, w_lacks: list[str], o: Option, o_lacks
         return f"ranked below {winner}: {'; '.join(o.misses)}"
     if len(o_lacks) > len(w_lacks):
         return f"ranked below {winner}: lacks {'; '.join(o_lacks)}"
-    return f"ranked below {winner}: catalog order (equal on objectives and features)"
+    return f"ranked below {winner}: registry order (equal on objectives and features)"
 
 
 def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None, draft_why: str,
             choice: Option, lacks: list[str], reasons: list[str], rejected: dict[str, str]) -> Decision:  # fmt: skip
     engine = choice.engine
-    caps = CATALOG[engine]
+    caps = card(engine)
     p = choice.placement
     reasons.append(f"chosen: {engine} on {p.describe()}")
     _, dtype_notes = serving_dtype(engine, model, p.gpu)
@@ -269,7 +271,7 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
 
 
 def _speculation(spec: InferenceBackendSpec, draft: ResolvedModel | None, draft_why: str, choice: Option,
-                 caps: Capabilities) -> Speculation:  # fmt: skip
+                 caps: EngineCard) -> Speculation:  # fmt: skip
     sd = spec.speculative_decoding
     if sd is None:
         return Speculation(False, "not requested")

@@ -1,4 +1,4 @@
-"""Real renderer output for the contract tests: spec + nodes (tests/factories.py) -> select -> engine container.
+"""Real renderer output for the contract tests: spec + nodes (ib_testkit.factories) -> select -> engine container.
 
 No argument list in the contract tests is written by hand: each comes from ``render_case`` (or from the golden
 outputs, tests/data/output/*.yaml), so a renderer change is what the engines see.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,9 +17,9 @@ from inference_backend.engines import ENGINES
 from inference_backend.engines.base import EngineContainer
 from inference_backend.selection import Decision, select
 
-from tests.factories import MODELS, cluster, spec
+from ib_testkit import ROOT
+from ib_testkit.factories import MODELS, cluster, spec
 
-ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_OUTPUTS = ROOT / "tests" / "data" / "output"
 
 

@@ -1,11 +1,11 @@
-#!/usr/bin/env python3
 """Fake nodes for the local control plane, played by KWOK (stdlib only).
 
-    generate.py N [--classes h100x8,l4,a10g,cpu] [--prefix scale]   N nodes, classes in turn
-    generate.py --class l4 [--name gpu-l4]                          one node of a class
+    python -m ib_testkit.kwok_nodes N [--classes h100x8,l4,a10g,cpu] [--prefix scale]   N nodes, classes in turn
+    python -m ib_testkit.kwok_nodes --class l4 [--name gpu-l4]                          one node of a class
 
-Prints multi-document YAML for `kubectl apply -f -`. The node sets e2e/nodes/*.yaml are this
-script's output (`e2e/nodes/generate.py --write` rewrites them), so the classes live in one place.
+Prints multi-document YAML for `kubectl apply -f -`. The node sets e2e/nodes/*.yaml are this module's output
+(`python -m ib_testkit.kwok_nodes --write` rewrites them), so the classes live in one place; bench/operator_scale.py
+builds its nodes with ``node`` too.
 
 Every node carries what KWOK manages it by (annotation kwok.x-k8s.io/node=fake, label type=kwok)
 and KWOK's taint kwok.x-k8s.io/node=fake:NoSchedule, so pods meant for them tolerate it. GPU
@@ -20,9 +20,12 @@ import json
 import re
 import sys
 import uuid
-from pathlib import Path
+from typing import Any
+
+from ib_testkit import ROOT
 
 KUBELET_VERSION = "v1.36.3"
+WRITER = "python -m ib_testkit.kwok_nodes --write"
 
 # GFD labels that every GPU class shares: driver 570.x (CUDA 12.8), as on a current GPU node image.
 _GFD_COMMON = {
@@ -38,7 +41,9 @@ _GFD_COMMON = {
 }
 
 
-def _gpu(product: str, memory_mib: int, count: int, major: int, minor: int, family: str, machine: str):
+def _gpu(
+    product: str, memory_mib: int, count: int, major: int, minor: int, family: str, machine: str
+) -> dict[str, str]:
     return {
         **_GFD_COMMON,
         "nvidia.com/gpu.product": product,
@@ -52,7 +57,7 @@ def _gpu(product: str, memory_mib: int, count: int, major: int, minor: int, fami
 
 
 # class -> (instance type, cpu, memory, gpus, GFD labels). Shapes follow common cloud instances.
-CLASSES: dict[str, dict] = {
+CLASSES: dict[str, dict[str, Any]] = {
     "h100x8": {
         "instance": "p5.48xlarge",
         "cpu": 192,
@@ -89,7 +94,7 @@ NODE_SETS = {
 }
 
 
-def node(cls: str, name: str) -> dict:
+def node(cls: str, name: str) -> dict[str, Any]:
     c = CLASSES[cls]
     # What the kubelet reserves (system + kube reserved, eviction threshold), roughly as GKE/EKS do.
     reserved_cpu_m = 100 + 10 * c["cpu"]
@@ -152,7 +157,7 @@ def _key(k: str) -> str:
     return k if _PLAIN.match(k) else json.dumps(k)
 
 
-def to_yaml(obj, indent: int = 0) -> str:
+def to_yaml(obj: Any, indent: int = 0) -> str:
     """A small YAML emitter for dicts, lists and strings (all strings double-quoted, JSON style)."""
     pad = "  " * indent
     lines = []
@@ -172,7 +177,7 @@ def to_yaml(obj, indent: int = 0) -> str:
     return "\n".join(lines)
 
 
-def documents(nodes: list[dict]) -> str:
+def documents(nodes: list[dict[str, Any]]) -> str:
     return "".join(f"---\n{to_yaml(n)}\n" for n in nodes)
 
 
@@ -187,9 +192,9 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
 
     if a.write:
-        here = Path(__file__).resolve().parent
+        here = ROOT / "e2e" / "nodes"
         for fname, (cls, name) in NODE_SETS.items():
-            header = f"# Fake node ({cls}) for the local control plane; written by generate.py --write.\n"
+            header = f"# Fake node ({cls}) for the local control plane; written by {WRITER}.\n"
             (here / fname).write_text(header + documents([node(cls, name)]))
         return 0
     if a.cls:

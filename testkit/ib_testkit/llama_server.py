@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from ib_testkit import ROOT, free_port
+
 VERSION_FILE = ROOT / "hack" / "llama-cpp.version"
 
 MODEL_FLAGS = ("-m", "--model")
@@ -47,6 +47,15 @@ def llama_cache_dir() -> Path:
     return cache / "llama.cpp" / llama_cpp_pins()["LLAMA_CPP_PYTHON_VERSION"]
 
 
+def llama_cpp_source() -> Path:
+    """The llama.cpp tree vendored by the pinned llama-cpp-python sdist (hack/build-llama-server unpacks it);
+    $IB_LLAMA_CPP_SRC overrides."""
+    if env := os.environ.get("IB_LLAMA_CPP_SRC"):
+        return Path(env)
+    version = llama_cpp_pins()["LLAMA_CPP_PYTHON_VERSION"]
+    return llama_cache_dir() / "src" / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+
+
 def llama_server_bin() -> Path:
     """The cached llama-server binary ($IB_LLAMA_SERVER overrides)."""
     override = os.environ.get("IB_LLAMA_SERVER")
@@ -56,12 +65,6 @@ def llama_server_bin() -> Path:
 def llama_bench_bin() -> Path:
     """The cached llama-bench binary, built next to llama-server."""
     return llama_server_bin().with_name("llama-bench")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def substitute_args(

@@ -13,8 +13,8 @@ from typing import Any
 
 from inference_backend.api.model import ModelSpec
 
-from tests.contracts.rendered import Rendered, render_case
-from tests.factories import node
+from ib_testkit.factories import MODELS, node
+from ib_testkit.rendered import Rendered, render_case
 
 TINY_TOKENIZER = {"family": "ib-tiny", "vocabSize": 320}
 RUNNER_MODELS: dict[str, ModelSpec] = {
@@ -67,8 +67,6 @@ CASES: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {
 
 
 def render_runner_case(name: str) -> Rendered:
-    from tests.factories import MODELS
-
     engine, body, nodes = CASES[name]
     return render_case(body, *nodes, models={**MODELS, **RUNNER_MODELS}, engine=engine)
 

@@ -15,7 +15,8 @@ from inference_backend.manifests import load, registry
 from inference_backend.render import render_result, to_yaml
 from inference_backend.selection import Decision, select
 
-ROOT = Path(__file__).resolve().parent.parent
+from ib_testkit import ROOT
+
 INPUTS = ROOT / "tests" / "data" / "input"
 OUTPUTS = ROOT / "tests" / "data" / "output"
 

@@ -1,0 +1,121 @@
+"""What an engine is and can do: its card, declared in the engine's own module beside its renderer.
+
+The selection tree, the renderer dispatch, the CRD generator and the benchmarks read engines only through the
+registry of cards (``inference_backend.engines.REGISTRY``); nothing outside ``engines/`` names an engine to decide
+what it can do. A card has no optional fields: ``tests/test_engine_cards.py`` fails when one is left empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from inference_backend.engines.base import Endpoints, Renderer
+
+Accelerator = Literal["gpu", "cpu"]
+Float32OnGpu = Literal["float32", "float16"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Performance of one engine on a reference machine, for a 7B model; scaled by the selection."""
+
+    ttft_ms: float
+    """p95 time to first token for a 512-token prompt at low load."""
+    tokens_per_second: float
+    """Aggregate output tokens/s of one replica at saturation."""
+    memory_gib_per_7b: float
+    """Memory taken by a 7B model's weights plus runtime (before KV cache)."""
+    bytes_per_param: float
+    """Weight bytes per parameter of the reference model (decoding speed scales with the bytes read)."""
+    provenance: str
+    """Where the values come from: "measured: <hardware, model, engine version, date, command>", "published: <source>"
+    or "estimate: <reasoning>"."""
+    reference_cores: int = 16
+    """CPU rows: the cores the reference measurement used (the selection scales by a node's cores over these)."""
+
+
+REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "this project's 2-core build machine, scaled to 7B"}
+NOT_MEASURED_ON_GPU = "estimate: not measured on a GPU yet (bench/gpu/h200.sh measures it when a GPU is lent); "
+
+
+@dataclass(frozen=True)
+class EngineCard:
+    """One engine's capabilities, quirks, images, endpoints and performance profile, with its renderer."""
+
+    name: str
+    """The spec.backend value (one word of the API's Engine Literal)."""
+    title: str
+    """The engine's own name, as its project writes it."""
+    version: str
+    """The pinned upstream release every flag in the engine's module is cited against."""
+    formats: frozenset[str]
+    """Weight formats it loads (spec.model.format)."""
+    accelerators: frozenset[Accelerator]
+    """Where it runs: "gpu", "cpu" or both."""
+    batching: tuple[str, ...]
+    """Batching strategies the engine has natively, best first (the first is used when the spec asks for another)."""
+    prefix_cache: bool
+    speculative: frozenset[str]
+    """Speculative methods: draft (a draft model), ngram (prompt lookup)."""
+    quantizations: frozenset[str]
+    kv_dtypes: frozenset[str]
+    """spec.kvCache.dtype values it has (besides auto, which every engine has)."""
+    multi_gpu: bool
+    """Can split one replica over several GPUs (tensor parallel or layer split)."""
+    multi_node: bool
+    """Can split one replica over several nodes (pipeline or tensor parallel across nodes) in the pinned release."""
+    min_compute: tuple[int, int]
+    """Lowest CUDA compute capability its GPU kernels support."""
+    bf16_min_compute: tuple[int, int]
+    """Lowest compute capability at which it computes in bfloat16 (below it a bfloat16 model is served in float16)."""
+    own_hf_loader: bool
+    """Loads ``hf://`` repositories itself; otherwise an init container fetches the weights into a volume."""
+    kv_offload: bool
+    """Honours spec.kvCache.cpuOffloadGiB (offloads KV blocks to host memory)."""
+    float32_on_gpu: Float32OnGpu
+    """The dtype a float32 checkpoint computes in on a GPU."""
+    images: Mapping[Accelerator, str]
+    """The pinned image per accelerator it runs on."""
+    endpoints: Endpoints
+    profiles: Mapping[Accelerator, Profile]
+    """Performance per accelerator it runs on, each with provenance."""
+    summary: str
+    """One line for docs and `kubectl describe`: what it is best at."""
+    render: Renderer
+
+    @property
+    def gpu_required(self) -> bool:
+        return "cpu" not in self.accelerators
+
+    def missing(self) -> list[str]:
+        """Fields left empty, and accelerators without an image or a profile (a complete card returns [])."""
+        out = [f.name for f in fields(self) if f.name not in _MAY_BE_EMPTY and _empty(getattr(self, f.name))]
+        for acc in sorted(self.accelerators):
+            if acc not in self.images:
+                out.append(f"images[{acc}]")
+            if acc not in self.profiles:
+                out.append(f"profiles[{acc}]")
+        return out
+
+
+# A card may truthfully have no speculation method or no prefix cache; every other field must say something.
+_MAY_BE_EMPTY = frozenset({"speculative", "prefix_cache", "multi_gpu", "multi_node", "own_hf_loader", "kv_offload",
+                           "min_compute", "bf16_min_compute", "kv_dtypes"})  # fmt: skip
+
+
+def _empty(value: object) -> bool:
+    return value is None or (isinstance(value, (str, tuple, frozenset, dict)) and not value)
+
+
+__all__ = [
+    "NOT_MEASURED_ON_GPU",
+    "REFERENCE",
+    "Accelerator",
+    "Endpoints",
+    "EngineCard",
+    "Float32OnGpu",
+    "Profile",
+    "Renderer",
+]  # fmt: skip

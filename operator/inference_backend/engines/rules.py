@@ -1,0 +1,73 @@
+"""Spec rules that depend on what the engines can do, made from the registry's cards.
+
+Each rule is stated once and used twice: as a CEL rule in the CRD (the API server refuses the object, naming the
+field; crdgen.py writes them) and as a check the selection runs first (the offline CLI and any object admitted
+before the rule existed get the same message as an InvalidSpec). Pure (no I/O).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import InvalidSpec
+from inference_backend.engines.card import EngineCard
+
+QUANTIZED_KV_DTYPES = ("q8_0", "q4_0")
+"""Block-quantized KV cache types: only the engines whose card lists them have them."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    field: str
+    """The spec field the message names."""
+    cel: str
+    """The CEL rule on the spec object (true = admitted)."""
+    message: str
+    admits: Callable[[InferenceBackendSpec], bool]
+    """The same rule in Python."""
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _or(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def spec_rules(registry: Sequence[EngineCard]) -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    kv_owners = [c.name for c in registry if all(d in c.kv_dtypes for d in QUANTIZED_KV_DTYPES)]
+    if kv_owners:
+        allowed = ("auto", *kv_owners)
+        titles = sorted({c.title for c in registry if c.name in kv_owners})
+        rules.append(Rule(
+            "spec.kvCache.dtype",
+            f"!(self.kvCache.dtype in {_quoted(QUANTIZED_KV_DTYPES)}) || self.backend in {_quoted(allowed)}",
+            f"kvCache.dtype {_and(QUANTIZED_KV_DTYPES)} are {_or(titles)} cache types: backend must be "
+            f"{_or(kv_owners)} or auto",
+            lambda s: s.kv_cache.dtype not in QUANTIZED_KV_DTYPES or s.backend in allowed,
+        ))  # fmt: skip
+    gpu_only = [c.name for c in registry if c.gpu_required]
+    if gpu_only:
+        rules.append(Rule(
+            "spec.hardware.accelerator",
+            f"self.hardware.accelerator != 'cpu' || !(self.backend in {_quoted(gpu_only)})",
+            f"backend {_and(gpu_only)} need{'s' if len(gpu_only) == 1 else ''} a GPU: hardware.accelerator cannot "
+            "be cpu",
+            lambda s: s.hardware.accelerator != "cpu" or s.backend not in gpu_only,
+        ))  # fmt: skip
+    return tuple(rules)
+
+
+def check(spec: InferenceBackendSpec, registry: Sequence[EngineCard]) -> None:
+    """Raise InvalidSpec (naming the field) for the first rule the spec breaks."""
+    for rule in spec_rules(registry):
+        if not rule.admits(spec):
+            raise InvalidSpec(rule.field, rule.message)

@@ -1,0 +1,160 @@
+"""SGLang 0.5.23 (`python3 -m sglang.launch_server`, image lmsysorg/sglang:v0.5.23).
+
+Flags are cited against the sglang 0.5.23 wheel (the release PyPI serves): the server arguments are dataclass
+fields in python/sglang/srt/arg_groups/fields/*.py, registered on the parser by arg_groups/arg_utils.py
+(``add_cli_args_from_dataclass``: field ``tp_size`` -> ``--tp-size``, ``Arg(aliases=...)`` adds the aliases) and
+resolved by srt/server_args.py. The contract test parses these args with SGLang's own parser in its own venv
+(hack/sglang-venv; docs/engine-flags/sglang-0.5.23.md lists every flag with its field).
+"""
+
+from __future__ import annotations
+
+import math
+
+from inference_backend.api.inferencebackend import InferenceBackendSpec
+from inference_backend.decision import Decision, InvalidSpec, ResolvedModel
+from inference_backend.engines import artifacts
+from inference_backend.engines.base import (
+    HOST,
+    HTTP_PORT,
+    MODEL_CACHE_DIR,
+    ArgBuilder,
+    Endpoints,
+    EngineContainer,
+    assemble,
+    cached_pod_parts,
+    gpus,
+    merge_named,
+    placement,
+    served_name,
+)
+from inference_backend.engines.card import EngineCard, Profile
+
+ENGINE = "sglang"
+OWN_HF_LOADER = True  # --model-path takes a Hugging Face repo id and downloads it (fields/model.py model_path)
+VERSION = "0.5.23"
+IMAGE = f"lmsysorg/sglang:v{VERSION}"
+ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
+COMMAND = ("python3", "-m", "sglang.launch_server")
+# Every spelling of the flags we set -> one name (the Arg(aliases=...) of each field).
+ALIASES = {
+    "--model": "--model-path",  # fields/model.py model_path aliases=["--model"]
+    "--tensor-parallel-size": "--tp-size",  # fields/parallel.py tp_size aliases=["--tensor-parallel-size"]
+    "--speculative-draft-model": "--speculative-draft-model-path",  # fields/spec.py
+    "--enable-hicache": "--enable-hierarchical-cache",  # fields/memory.py enable_hierarchical_cache
+}
+# fields/model.py quantization choices (arg_groups/choices.py QUANTIZATION_CHOICES) for the schemes we render.
+# AWQ/GPTQ checkpoints carry quantization_config and SGLang picks its (Marlin) kernel itself, as with vLLM.
+QUANTIZATION = {"fp8": "fp8", "bitsandbytes": "bitsandbytes"}
+# fields/model.py kv_cache_dtype choices: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, fp4_mx_block16.
+KV_DTYPES = {"fp8": "fp8_e4m3", "bfloat16": "bfloat16"}
+
+
+def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
+    placement(decision)  # raises on an unsatisfiable decision
+    model = decision.model
+    assert model is not None and decision.batching is not None
+    notes: list[str] = []
+    art = artifacts.resolve(model, OWN_HF_LOADER)
+    a = ArgBuilder()
+    a.add("--model-path", art.reference, source="spec.model.uri")  # fields/model.py model_path
+    a.add("--host", HOST, source="the operator (listen on all addresses)")  # fields/serving.py host
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # fields/serving.py port (default 30000)
+    a.add("--served-model-name", served_name(decision, name), source="spec.model.servedName")  # fields/serving.py
+    a.add("--tp-size", gpus(decision), source="the decision's placement (GPUs per replica)")  # fields/parallel.py
+    # fields/model.py dtype {auto, half, float16, bfloat16, float, float32}: "half ... Recommended for AWQ".
+    if model.quantization in ("awq", "gptq"):
+        a.add("--dtype", "float16", source="spec.model.quantization")
+    elif decision.serving_dtype in ("float16", "bfloat16"):
+        a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")
+    if model.quantization in QUANTIZATION:
+        a.add("--quantization", QUANTIZATION[model.quantization], source="spec.model.quantization")
+    elif model.quantization not in ("none", "awq", "gptq"):
+        raise InvalidSpec("spec.model.quantization", f"{model.quantization} is not an SGLang {VERSION} method")
+    a.add("--context-length", model.context_length, source="spec.model.contextLength")  # fields/model.py
+    # fields/schedule.py mem_fraction_static: "model weights and KV cache memory pool"
+    a.add("--mem-fraction-static", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
+    a.add("--page-size", spec.kv_cache.block_size, source="spec.kvCache.blockSize")  # fields/schedule.py page_size
+    if decision.kv_cache_dtype in KV_DTYPES:
+        a.add("--kv-cache-dtype", KV_DTYPES[decision.kv_cache_dtype], source="spec.kvCache.dtype")  # fields/model.py
+    elif decision.kv_cache_dtype != "auto":
+        notes.append(f"kvCache.dtype {decision.kv_cache_dtype}: SGLang's auto (the model dtype) is used")
+    if spec.kv_cache.cpu_offload_gi_b > 0:
+        # fields/memory.py enable_hierarchical_cache (HiCache: radix-tree KV pages spill to host memory) and
+        # hicache_size ("size of host KV cache memory pool in gigabytes", an int).
+        a.add("--enable-hierarchical-cache", source="spec.kvCache.cpuOffloadGiB")
+        a.add("--hicache-size", max(1, math.ceil(spec.kv_cache.cpu_offload_gi_b)), source="spec.kvCache.cpuOffloadGiB")
+    if not decision.prefix_cache:
+        a.add("--disable-radix-cache", source="spec.prefixCache.enabled")  # fields/memory.py (RadixAttention)
+    b = decision.batching
+    if b.max_batch_size is not None:
+        a.add("--max-running-requests", b.max_batch_size, source="spec.batching.maxBatchSize")  # fields/schedule.py
+    if b.max_batch_tokens is not None:
+        # fields/schedule.py chunked_prefill_size: tokens per prefill chunk (the prefill budget of one step)
+        a.add("--chunked-prefill-size", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
+    draft_art = _speculative(decision, model, a)
+    a.add("--enable-metrics", source="the operator (Prometheus /metrics)")  # fields/observability.py
+
+    parts = cached_pod_parts(decision, art, draft_art)
+    env = merge_named(
+        # HF_HOME: where huggingface_hub (SGLang's hf loader) caches downloads.
+        ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
+        parts.env,
+    )
+    # entrypoints/http_server.py: GET /health (200 once the scheduler answers), GET /metrics with --enable-metrics.
+    return assemble(
+        engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
+        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
+        volumes=parts.volumes, mounts=parts.mounts,
+    )  # fmt: skip
+
+
+def _speculative(decision: Decision, target: ResolvedModel, a: ArgBuilder) -> artifacts.Artifact | None:
+    """fields/spec.py: speculative_algorithm (builtins EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, ...); STANDALONE
+    is a separate small draft model, NGRAM looks tokens up in the prompt and earlier output."""
+    s = decision.speculation
+    if not s.enabled:
+        return None
+    src = "spec.speculativeDecoding"
+    if s.method == "ngram":
+        # arg_groups/speculative_hook.py _handle_ngram sets topk to speculative_ngram_max_bfs_breadth (default 10)
+        # and refuses topk > 1 with a page size above 1 on any attention backend but flashinfer: one candidate
+        # chain (breadth 1, fields/spec.py) works on all of them.
+        a.add("--speculative-algorithm", "NGRAM", source=src)
+        a.add("--speculative-ngram-max-bfs-breadth", 1, source=src)
+        a.add("--speculative-num-draft-tokens", s.num_tokens + 1, source=f"{src}.numSpeculativeTokens")
+        return None
+    assert s.draft is not None
+    art = artifacts.resolve(artifacts.draft_model(target, s.draft), OWN_HF_LOADER, "draft")
+    a.add("--speculative-algorithm", "STANDALONE", source=src)
+    a.add("--speculative-draft-model-path", art.reference, source=f"{src}.draftModelRef")
+    # A chain of numSpeculativeTokens draft steps, one candidate each (topk 1): draft tokens = steps + 1.
+    a.add("--speculative-num-steps", s.num_tokens, source=f"{src}.numSpeculativeTokens")
+    a.add("--speculative-eagle-topk", 1, source=src)
+    a.add("--speculative-num-draft-tokens", s.num_tokens + 1, source=f"{src}.numSpeculativeTokens")
+    return art
+
+
+_PUBLISHED = (
+    "published: LMSYS blog 2024-07-25 'Achieving Faster Open-Source Llama3 Serving with SGLang Runtime (vs. "
+    "TensorRT-LLM, vLLM)' (Llama-3-8B on 1x A100 80GB: SGLang at or above vLLM's throughput in every offline "
+    "benchmark, up to 3.1x vLLM on Llama-3-70B) and Zheng et al. 2024 'SGLang: Efficient Execution of Structured "
+    "Language Model Programs' (RadixAttention: up to 6.4x on shared-prefix workloads); taken as 1.1x vLLM's row "
+    "on a 7B model without shared prefixes; not measured here (no GPU lent yet: bench/gpu/h200.sh)"
+)
+# Continuous batching only (its scheduler admits requests every step); RadixAttention prefix cache; STANDALONE
+# (draft model) and NGRAM speculation; FP8 KV; HiCache offload to host memory; tensor parallel inside a node and
+# multi-node (--nnodes, --node-rank, --dist-init-addr in fields/parallel.py; not rendered yet). CUDA only in our
+# image (its CPU backend needs an Intel AMX build); kernels from compute 7.5 (T4).
+CARD = EngineCard(
+    name=ENGINE, title="SGLang", version=VERSION,
+    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
+    batching=("continuous",), prefix_cache=True, speculative=frozenset({"draft", "ngram"}),
+    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset(KV_DTYPES),
+    multi_gpu=True, multi_node=True, min_compute=(7, 5), bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
+    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
+    profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
+    summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
+    render=container,
+)  # fmt: skip
