@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import importlib
 import io
 import json
 import os
@@ -253,8 +254,9 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()  # as launch_server's __main__ does, before prepare_server_args
-    import sglang.srt.arg_groups.pipeline
-    import sglang.srt.server_args  # noqa: F401
+    # The heavy imports (server args, the resolution pipeline and what it pulls in), once, before forking.
+    for module in ("sglang.srt.server_args", "sglang.srt.arg_groups.pipeline"):
+        importlib.import_module(module)
 
     dirs: dict[str, str] = {}
     cases = [data] if single else data

@@ -3,11 +3,13 @@
 #   llama-server/llama-bench  $(IB_CACHE)/llama.cpp/<llama-cpp-python version>/bin  (hack/build-llama-server)
 #   vLLM venv                 $(IB_CACHE)/venv-vllm-<version>                        (hack/vllm-venv)
 #   SGLang venv               $(IB_CACHE)/venv-sglang-<version>                      (hack/sglang-venv)
-# `make contracts` creates both, then runs tests/contracts with IB_REQUIRE_CONTRACTS=1 so that a
+# `make contracts` creates them, then runs tests/contracts with IB_REQUIRE_CONTRACTS=1 so that a
 # missing prerequisite fails the run instead of skipping.
 
 VLLM_VERSION ?= 0.33.0
 export VLLM_VERSION
+SGLANG_VERSION ?= 0.5.23
+export SGLANG_VERSION
 
 .PHONY: contracts llama-server vllm-venv sglang-venv engine-flags
 
