@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.profiles [bench/results/cpu-profiles.json] [--check]      (or: make profiles)
 
-The input is `make bench-engines`'s combined JSON (bench/engine_profiles.py): one random-weight Llama model served
+The input is `make bench-engines`'s combined JSON (bench/engine_profiles/): one random-weight Llama model served
 on this machine's CPU by llama-server, the PyTorch runner and the ONNX Runtime server with the args the operator
 renders. A card's profile is "a 7B model on the reference machine" (engines.card.Profile); the measured model is
 scaled to 7B by rules written here once:

@@ -1,4 +1,4 @@
-"""Markdown tables of an engine-profiles result file (bench/engine_profiles.py), for docs.
+"""Markdown tables of an engine-profiles result file (python -m bench.engine_profiles), for docs.
 
 python -m bench.profiles_table bench/results/cpu-profiles.json
 """

@@ -108,7 +108,7 @@ def test_only_paths_host_port_threads_are_mapped(engine: str, tmp_path: Path) ->
 
 
 def test_llama_bench_takes_the_servers_threads_and_batch_flags() -> None:
-    from bench.engine_profiles import llama_bench_argv
+    from bench.engine_profiles.llama import llama_bench_argv
 
     server = ["-m", "x.gguf", "-np", "8", "-c", "4096", "-t", "2", "-ngl", "0", "-b", "512", "-ub", "256",
               "-ctk", "q8_0", "-ctv", "q8_0", "--flash-attn", "on", "--metrics"]  # fmt: skip

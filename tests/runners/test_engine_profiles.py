@@ -20,7 +20,8 @@ from ib_testkit import free_port
 from ib_testkit.llama_server import llama_cpp_source, llama_server_bin
 
 from bench import bench_model
-from bench.engine_profiles import greedy, start, transformers_greedy
+from bench.engine_profiles.per_engine import greedy
+from bench.engine_profiles.serving import start, transformers_greedy
 from bench.profile_render import localize, render
 
 ROOT = Path(__file__).resolve().parents[2]
