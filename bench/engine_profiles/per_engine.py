@@ -1,7 +1,7 @@
-"""Everything the harness does differently per engine, in one place: the model format each one serves and how it is
-written, the server's command line, the API of the greedy request, the KV gauge and the KV size in its log, the
-versions recorded, the dtype the weights are read in. run.py and report.py ask here and compare no engine names
-(except that llama.cpp's own tools run when "llamacpp" is among the engines).
+"""Everything the harness does differently per engine, in one place: the model format each one serves (read from its
+engine card) and how it is written, the server's command line, the API of the greedy request, the KV gauge and the
+KV size in its log, the versions recorded, the dtype the weights are read in. run.py and report.py ask here and
+compare no engine names (except that llama.cpp's own tools run when "llamacpp" is among the engines).
 
 What an engine's renderer emits (the spec of each profile, the flags mapped to local values) is bench/profile_render.py;
 llama.cpp's tools beside llama-server (llama-bench, the CUDA build, the second start) are llama.py.
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ib_testkit.llama_server import llama_cpp_source
+from inference_backend.engines import card
 
 from bench import bench_model, procstats
 from bench.bench_model import BenchModel
@@ -22,23 +23,34 @@ from bench.engine_profiles.serving import Served, http_json, strip_eos
 from bench.engine_profiles.steps import Budget, Skip, git_commit
 
 RUNNER_MODULES = {"pytorch": "inference_backend.runners.pytorch", "onnxruntime": "inference_backend.runners.onnx"}
-FORMAT_STEPS = {"pytorch": "safetensors", "onnxruntime": "onnx export", "llamacpp": "gguf (convert_hf_to_gguf.py)"}
-"""The name of the step that writes each engine's model format."""
+STEP_NAMES = {"safetensors": "safetensors", "onnx": "onnx export", "gguf": "gguf (convert_hf_to_gguf.py)"}
+"""The formats the bench model can be written in, in order of preference, and the name of the step that writes it."""
 
 
-# ---- the model, in the engine's format ----------------------------------------------------------------------------
+# ---- the model, in the engine's format (from its card) --------------------------------------------------------------
+
+
+def model_format(engine: str) -> str:
+    """The weight format the bench writes for ``engine``: the first of STEP_NAMES its card says it serves."""
+    formats = card(engine).formats
+    return next(f for f in STEP_NAMES if f in formats)
+
+
+def format_step(engine: str) -> str:
+    return STEP_NAMES[model_format(engine)]
 
 
 def needs_safetensors(engine: str) -> bool:
     """Whether ``engine``'s format is made from the safetensors checkpoint (written first)."""
-    return engine != "pytorch"
+    return model_format(engine) != "safetensors"
 
 
 def write_model(engine: str, m: BenchModel, models: Path, device: str, paths: dict[str, Path], budget: Budget) -> Path:
     """Write the bench model in ``engine``'s format under ``models``; the others are made from paths["pytorch"]."""
-    if engine == "pytorch":
+    fmt = model_format(engine)
+    if fmt == "safetensors":
         return bench_model.make_safetensors(m, models / m.name, device=device)
-    elif engine == "onnxruntime":
+    elif fmt == "onnx":
         return bench_model.export_onnx(paths["pytorch"], models / f"{m.name}-onnx")
     else:
         src = llama_cpp_source()
@@ -49,8 +61,8 @@ def write_model(engine: str, m: BenchModel, models: Path, device: str, paths: di
 
 
 def served_dtype(engine: str, device: str, dtype: str) -> str:
-    """The dtype the served weights are read in: ONNX exports are float32; the PyTorch runner on CPU casts to it."""
-    return "float32" if engine == "onnxruntime" or (device == "cpu" and engine == "pytorch") else dtype
+    """The dtype the served weights are read in: our ONNX exports are float32; the PyTorch runner on CPU casts to it."""
+    return "float32" if model_format(engine) == "onnx" or (device == "cpu" and engine == "pytorch") else dtype
 
 
 # ---- the server ---------------------------------------------------------------------------------------------------

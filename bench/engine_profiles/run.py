@@ -94,7 +94,7 @@ class Run:
             return True
         if engine in self.skipped:
             return False
-        with self.log.step(f"model: {per_engine.FORMAT_STEPS[engine]}") as rec:
+        with self.log.step(f"model: {per_engine.format_step(engine)}") as rec:
             if per_engine.needs_safetensors(engine) and not self.ensure_format("pytorch"):
                 raise Skip("no safetensors model")
             self.paths[engine] = per_engine.write_model(engine, m, w, self.device, self.paths, self.budget)
