@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
+from datetime import UTC, datetime
 from typing import Any
 
 from lightkube import AsyncClient, codecs
@@ -64,6 +67,36 @@ class Kube:
             await self.client.patch(
                 IBResource.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE
             )
+
+    async def event(self, owner: dict[str, Any], type: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about ``owner`` (an InferenceBackend body), as ``kubectl describe`` shows them.
+
+        Best effort, as kopf's own event posting is: an Event the apiserver refuses is logged, never retried, and
+        never fails the reconcile it reports on."""
+        meta = owner["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name'][:200]}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": owner.get("apiVersion") or API_VERSION, "kind": "InferenceBackend",
+                               "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "type": type,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": os.environ.get("HOSTNAME", FIELD_MANAGER)[:128],
+        }  # fmt: skip
+        self.writes += 1
+        try:
+            async with self._slots:
+                await self.client.create(codecs.from_dict(event))
+        except Exception as exc:  # an Event is never worth a failed reconcile
+            log.warning("event %s for %s/%s not posted: %r", reason, meta["namespace"], meta["name"], exc)
 
     async def close(self) -> None:
         if self._client is not None:

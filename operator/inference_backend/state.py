@@ -1,0 +1,228 @@
+"""The operator's state: one object, made by the startup handler and handed to every handler in kopf's ``memo``.
+
+It holds what the handlers share (the API writer, the node classes, the GPU ledger, what was written lately, the
+kopf indexes as kopf hands them to startup handlers) and the one work queue every trigger goes through:
+
+- a handler only enqueues a key: an InferenceBackend's ``(namespace, name)``, or a pass key ``("*", namespace)``
+  (``("*", "*")``: every namespace) that fans out to every backend of that namespace;
+- the queue deduplicates keys, never hands one key to two workers, and retries a failed reconcile with capped
+  exponential backoff and jitter (:mod:`inference_backend.workqueue`);
+- passes (node and Model changes) are debounced: one pass waits at least ``debounce`` seconds and PASS_DUTY times
+  as long as the last one took, so nodes changing without pause cost the operator a bounded share of a core;
+- every task (the node watch, the workers, the queue's timer) is referenced here and cancelled by :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from lightkube import AsyncClient
+
+from inference_backend import metrics
+from inference_backend.kube import Kube
+from inference_backend.nodewatch import NodeClasses
+from inference_backend.reconcile import APPLIED_HASH, Child, GpuLedger, Outcome, Recent, World, child_signature
+from inference_backend.reconcile import reconcile as reconcile_one
+from inference_backend.workqueue import WorkQueue
+
+Key = tuple[str, str]
+ALL = "*"
+PASS_DUTY = 4.0
+"""A pass over every backend waits at least this many times as long as the last one took: nodes changing without
+pause (5,000 nodes losing their not-ready taints one by one) cost the operator at most a fifth of a core."""
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Indexes:
+    """kopf's indexes (live views kopf keeps filled), as kopf passes them to the startup handler."""
+
+    models: Mapping[str, Any]
+    deployments: Mapping[Any, Any]
+    services: Mapping[Any, Any]
+    pdbs: Mapping[Any, Any]
+    backends: Mapping[Key, Any]
+
+
+class Children(Mapping[tuple[str, str, str], Child]):
+    """The children indexes (Deployments, Services, PodDisruptionBudgets) as one mapping, without copying them."""
+
+    def __init__(self, *indexes: Mapping[Any, Any]) -> None:
+        self._indexes = indexes
+
+    def __getitem__(self, key: tuple[str, str, str]) -> Child:
+        for index in self._indexes:
+            if key in index:
+                for child in index[key]:
+                    return cast(Child, child)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        for index in self._indexes:
+            yield from index
+
+    def __len__(self) -> int:
+        return sum(len(index) for index in self._indexes)
+
+    def items(self) -> Iterator[tuple[tuple[str, str, str], Child]]:  # type: ignore[override]
+        """Every (key, child) in one pass, without a lookup per key (the GPUs-in-use sum walks them all)."""
+        for index in self._indexes:
+            for key, children in index.items():
+                for child in children:
+                    yield key, child
+                    break
+
+
+class OperatorState:
+    def __init__(self, indexes: Indexes, *, kube: Kube | None = None, workers: int = 8, debounce: float = 1.0) -> None:
+        self.indexes = indexes
+        self.kube = kube or Kube()
+        self.recent = Recent()
+        self.nodes = NodeClasses()
+        self.gpus = GpuLedger()
+        """GPUs requested per backend's Deployment, kept from the Deployments' events."""
+        self.models_version = 0
+        """Bumped on every Model event: with the nodes' version it keys the reuse of a backend's last selection."""
+        self.child_seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        """What the owner's reconcile last saw of each child: its applied hash and the readiness it rolls up."""
+        self.indexed = asyncio.Event()
+        """Set by the first resource handler: kopf runs none before every index has its initial listing."""
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.workers = workers
+        self.debounce = debounce
+        self.pass_seconds: dict[str, float] = {}
+        self._passes: dict[str, tuple[float, set[Key]]] = {}
+        """Passes in flight: pass namespace -> (started, backends not yet reconciled)."""
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """The node watch (its own client: the long watch never takes a connection the reconciles need) and the
+        queue's workers."""
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self.nodes.run(AsyncClient(), self.on_nodes_changed), name="node watch"))
+        self.queue.run(self.process, self.workers)
+
+    @property
+    def tasks(self) -> tuple[asyncio.Task[None], ...]:
+        return (*self._tasks, *self.queue.tasks)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.queue.shutdown()
+        await self.kube.close()
+
+    # -- triggers ------------------------------------------------------------------------------------------------
+    def on_nodes_changed(self) -> None:
+        self.reconcile_all_soon("node")
+
+    def reconcile_all_soon(self, trigger: str, namespace: str = ALL) -> None:
+        """One pass over every InferenceBackend (of ``namespace``) after the debounce; triggers meanwhile fold
+        into it (the queue keeps one delayed pass key per namespace)."""
+        delay = max(self.debounce, PASS_DUTY * self.pass_seconds.get(namespace, 0.0))
+        self.queue.add_after((ALL, namespace), delay, trigger)
+
+    def forget(self, key: Key) -> None:
+        """The backend is gone: drop what was kept for it and anything queued."""
+        self.recent.statuses.pop(key, None)
+        self.recent.plans.pop(key, None)
+        self.queue.discard(key)
+        self._pass_done(key)
+
+    def child_event(self, body: Mapping[str, Any], deleted: bool) -> Key | None:
+        """The owner to reconcile for an event of a child we own, or None when the event changes neither the
+        child's applied hash nor what its status rolls up (most Deployment status updates: at 1,000 backends they
+        are most of the operator's work)."""
+        meta = body["metadata"]
+        child_key = (meta.get("namespace"), meta.get("name"), body.get("kind"))
+        seen = ((meta.get("annotations") or {}).get(APPLIED_HASH), child_signature(body))
+        if deleted:
+            self.child_seen.pop(child_key, None)
+        elif self.child_seen.get(child_key) == seen:
+            return None
+        else:
+            self.child_seen[child_key] = seen
+        owners = [r for r in meta.get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"]
+        key = (str(meta.get("namespace")), str(owners[0]["name"])) if owners else None
+        return key if key is not None and key in self.indexes.backends else None
+
+    # -- work ----------------------------------------------------------------------------------------------------
+    def world(self) -> World:
+        grouped = self.nodes.grouped()
+        ix = self.indexes
+        children = Children(ix.deployments, ix.services, ix.pdbs)
+        version = (self.nodes.version, self.models_version)
+        return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus)
+
+    async def process(self, key: Key, trigger: str) -> None:
+        await self.nodes.ready.wait()  # the first node listing is in
+        await self.indexed.wait()
+        if key[0] == ALL:
+            self._fan_out(key[1], trigger)
+            return
+        try:
+            for body in list(self.indexes.backends.get(key, ())):
+                await self._reconcile(key, body, trigger)
+        finally:
+            self._pass_done(key)
+
+    def _fan_out(self, namespace: str, trigger: str) -> None:
+        keys = {k for k in list(self.indexes.backends) if namespace == ALL or k[0] == namespace}
+        self._passes[namespace] = (time.monotonic(), set(keys))
+        for k in keys:
+            self.queue.add(k, trigger)
+        self._pass_done(None)
+
+    def _pass_done(self, key: Key | None) -> None:
+        for namespace, (started, left) in list(self._passes.items()):
+            if key is not None:
+                left.discard(key)
+            if not left:
+                self.pass_seconds[namespace] = time.monotonic() - started
+                del self._passes[namespace]
+
+    async def _reconcile(self, key: Key, body: Mapping[str, Any], trigger: str) -> None:
+        if body["metadata"].get("deletionTimestamp"):
+            return  # being deleted: the garbage collector removes the children
+        before = _placement(self.recent.statuses.get(key) or body.get("status") or {})
+        try:
+            outcome = await reconcile_one(body, self.world(), self.kube, trigger, self.recent)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # API errors, timeouts: retried with backoff, never a crash loop
+            metrics.ERRORS.labels(type(exc).__name__).inc()
+            delay = self.queue.add_rate_limited(key)
+            attempt = self.queue.backoff.retries(key)
+            log.warning("reconcile of %s/%s failed (%r); retry %d in %.0f s", *key, exc, attempt, delay)
+            if attempt == 1 or attempt % 10 == 0:  # the first failure, then every tenth: Events stay bounded
+                message = f"{type(exc).__name__}: {exc}; retry {attempt} in {delay:.0f} s"
+                await self.kube.event(dict(body), "Warning", "ReconcileError", message)
+            return
+        self.queue.forget(key)
+        await self._report(body, outcome, before)
+
+    async def _report(self, body: Mapping[str, Any], outcome: Outcome, before: tuple[Any, ...]) -> None:
+        if not outcome.status_written:
+            return
+        d = outcome.decision
+        if outcome.error:
+            await self.kube.event(dict(body), "Warning", "InvalidSpec", outcome.error)
+        elif d is not None and not d.satisfiable:
+            await self.kube.event(dict(body), "Warning", "Unsatisfiable", d.reasons[-1])
+        elif d is not None and _placement(outcome.status) != before:
+            where = d.placement.describe() if d.placement else ""
+            message = f"{d.backend} on {where}; {outcome.applied} object(s) applied"
+            await self.kube.event(dict(body), "Normal", "Selected", message)
+
+
+def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    placement = (status.get("decision") or {}).get("placement") or {}
+    return (status.get("backend"), placement.get("gpuProduct"), placement.get("gpusPerReplica"))
