@@ -126,7 +126,7 @@ def select(
     accel = spec.hardware.accelerator
     gpu_classes = [u for u in usable if u.hardware.has_gpu] if accel != "cpu" else []
     cpu_only = [u for u in usable if not u.hardware.has_gpu]
-    cpu_classes = (cpu_only or usable) if accel != "gpu" else []
+    cpu_classes = (cpu_only or [u for u in usable if not u.gpu_pods_only]) if accel != "gpu" else []
     if cpu_classes and not cpu_only:
         reasons.append("no CPU-only node: CPU placements considered on GPU nodes")
 
