@@ -10,7 +10,7 @@ from functools import partial
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Placement, ResolvedModel
 from inference_backend.engines import card
-from inference_backend.facts import GPUFacts, product_matches
+from inference_backend.facts import VENDOR_TITLES, GPUFacts, product_matches
 from inference_backend.memory import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -150,6 +150,11 @@ def engine_options(
     for usable in gpu_classes if "gpu" in caps.accelerators else []:
         for gpu in usable.hardware.gpus:
             if gpu.count <= 0:
+                continue
+            if gpu.vendor not in caps.devices:
+                msg = (f"{gpu.product} ({gpu.resource}): {caps.title} {caps.version} has no "
+                       f"{VENDOR_TITLES.get(gpu.vendor, gpu.vendor)} build")  # fmt: skip
+                closest = closest or (math.inf, msg)
                 continue
             if gpu.compute is not None and gpu.compute < caps.min_compute:
                 msg = (f"{gpu.product} has compute {gpu.compute[0]}.{gpu.compute[1]}, {engine} needs "
