@@ -174,3 +174,12 @@ def test_mig_slice_is_slower_than_the_whole_gpu() -> None:
     whole = hardware_class(node("w", "a100-40", 1))[1].gpus[0]
     _, cls = hardware_class(gke_node("g", "nvidia-tesla-a100", 7, "a2-highgpu-1g", partition="1g.5gb"))
     assert cls.gpus[0].speed == pytest.approx(whole.speed / 8)
+
+
+def test_the_docs_sku_and_cloud_tables_are_made_from_the_data() -> None:
+    from ib_testkit import ROOT
+    from inference_backend.facts.table import markdown
+
+    doc = (ROOT / "docs" / "selection.md").read_text()
+    between = doc.split("<!-- sku-table:start -->\n")[1].split("\n<!-- sku-table:end -->")[0]
+    assert between == markdown(), "docs/selection.md's SKU tables are stale: python -m inference_backend.facts.table"

@@ -9,7 +9,7 @@ Steps, in order (each appends to the decision path):
 6. per engine, every placement that fits in memory, with estimated TTFT/throughput and objective misses;
    under ``accelerator: auto`` GPU placements win over CPU ones when any fits;
 7. rank engines by (objectives missed, requested features the engine lacks, registry order) and the placements of
-   the winner by (gpuProducts preference, objectives missed, GFD-labelled GPU, draft kept, fewest GPUs,
+   the winner by (gpuProducts preference, objectives missed, identified GPU (not assumed), draft kept, fewest GPUs,
    smallest GPU memory, faster GPU, product name, hardware class). Python's sort is stable and every key ends
    in a total order, so the same input always gives the same Decision whatever the order of the nodes.
 8. resolve batching, prefix cache, KV cache dtype and speculation on the chosen engine, reporting what it lacks.
