@@ -39,14 +39,16 @@ def test_gpu_without_gfd_labels_gets_conservative_assumptions() -> None:
     assert any("without GFD labels" in n for n in cls.notes)
 
 
-def test_partial_labels() -> None:
+def test_partial_labels_take_memory_and_compute_from_the_sku_table() -> None:
+    """GFD product without memory label and a garbage compute label: L4 = 23034 MiB, compute 8.9 from the table."""
     n = node("p", "l4", 1)
     del n["metadata"]["labels"]["nvidia.com/gpu.memory"]
     n["metadata"]["labels"]["nvidia.com/cuda.compute.major"] = "garbage"
     _, cls = hardware_class(n)
     (gpu,) = cls.gpus
-    assert gpu.product == "NVIDIA-L4" and gpu.memory_mib == UNLABELLED_GPU_MEMORY_MIB and not gpu.labelled
-    assert any("no nvidia.com/gpu.memory label" in note for note in cls.notes)
+    assert (gpu.product, gpu.memory_mib, gpu.compute, gpu.sku) == ("NVIDIA-L4", 23034, (8, 9), "L4-24GB")
+    assert gpu.labelled
+    assert any("memory 23034 MiB from the SKU table (L4-24GB)" in note for note in cls.notes)
 
 
 def test_gfd_count_disagreeing_with_allocatable_uses_allocatable() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ib_testkit.factories import GPUS, MODELS, cluster, node, spec
+from ib_testkit.gfd import amd_node, gfd_node, gke_node, instance_node
 from inference_backend.engines import card
 from inference_backend.selection import select
 
@@ -102,3 +103,62 @@ def test_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
     assert d.memory is not None and d.memory.required <= d.memory.available
     engine_names = {b for b, _ in d.rejected}
     assert d.backend not in engine_names and len(engine_names) == len(d.rejected)
+
+
+# Nodes labelled as real clusters are: GFD+NFD (with per-node labels), GKE (tainted), instance types only, AMD.
+real_node_st = st.builds(
+    lambda i, kind: [
+        lambda n: gfd_node(n, "h100", 8), lambda n: gfd_node(n, "l4", 1, cpu="15", memory="60Gi"),
+        lambda n: gke_node(n, "nvidia-l4", 1, "g2-standard-8", cpu="8", memory="32Gi"),
+        lambda n: instance_node(n, "p5.48xlarge", 8),
+        lambda n: instance_node(n, "g5.xlarge", 1, cpu="4", memory="16Gi"),
+        lambda n: amd_node(n, 8, {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}),
+        lambda n: node(n, cpu="32", memory="128Gi"),
+    ][kind](f"r{i}"),
+    st.integers(0, 10_000), st.integers(0, 6),
+)  # fmt: skip
+real_nodes_st = st.lists(real_node_st, max_size=8, unique_by=lambda n: n["metadata"]["name"])
+per_node_labels_st = st.fixed_dictionaries({
+    "nvidia.com/gfd.timestamp": st.integers(1_600_000_000, 1_800_000_000).map(str),
+    "feature.node.kubernetes.io/kernel-version.full": st.sampled_from(["5.15.0-1051-aws", "6.1.0-27", "6.8.0-1"]),
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID": st.sampled_from(["22.04", "24.04"]),
+    "nvidia.com/gpu-driver-upgrade-state": st.sampled_from(["upgrade-done", "upgrade-required"]),
+})  # fmt: skip
+
+
+def _with_labels(nodes: list[dict[str, Any]], labels: list[dict[str, str]]) -> list[dict[str, Any]]:
+    out = []
+    for n, extra in zip(nodes, labels, strict=False):
+        n = {**n, "metadata": {**n["metadata"], "labels": {**n["metadata"]["labels"], **extra}}}
+        out.append(n)
+    return out + nodes[len(labels) :]
+
+
+@SETTINGS
+@given(spec_st, real_nodes_st, st.lists(per_node_labels_st, max_size=8))
+def test_extra_per_node_labels_never_change_the_decision(raw: dict[str, Any], nodes: list[dict[str, Any]],
+                                                         labels: list[dict[str, str]]) -> None:  # fmt: skip
+    """GFD timestamps, NFD kernel builds and driver-upgrade states differ per node: same classes, same Decision."""
+    if not _valid(raw):
+        return
+    s = spec(**raw)
+    noisy = _with_labels(nodes, labels)
+    assert len(cluster(*noisy)) == len(cluster(*nodes))
+    assert select(s, cluster(*nodes), MODELS) == select(s, cluster(*noisy), MODELS)
+
+
+@SETTINGS
+@given(spec_st, real_nodes_st, st.dictionaries(st.sampled_from(["example.com/team", "env", "owner"]),
+                                               st.sampled_from(["a", "b", "ml"]), max_size=2),
+       st.randoms(use_true_random=False))  # fmt: skip
+def test_label_noise_and_node_order_never_change_the_decision(
+    raw: dict[str, Any], nodes: list[dict[str, Any]], noise: dict[str, str], rnd: random.Random
+) -> None:
+    """The same unrelated labels on every node, in any node order: the same choice (to_json; the hardware class
+    itself carries the labels)."""
+    if not _valid(raw):
+        return
+    s = spec(**raw)
+    noisy = _with_labels(nodes, [noise] * len(nodes))
+    rnd.shuffle(noisy)
+    assert select(s, cluster(*nodes), MODELS).to_json() == select(s, cluster(*noisy), MODELS).to_json()

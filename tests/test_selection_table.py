@@ -17,6 +17,7 @@ T4 = [node("t4-a", "t4", 1)]
 MIXED = H100x8 + L4x1 + CPU
 NOLABELS = [node("gpu-x", "l4", 1, gfd=False)] + CPU
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+DEDICATED_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
@@ -74,8 +75,15 @@ CASES = [
                             hardware=m(nodeSelector={"kubernetes.io/hostname": "h100-a"})),
          MIXED, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 1, reason="nodes left out: not matching hardware.nodeSelector"),
     Case("tainted-gpu-untolerated", m(model=m(modelRef="llama-3-1-8b")),
-         [node("l4-t", "l4", 1, taints=[GPU_TAINT])] + CPU, "pytorch", "cpu",
-         reason="nodes left out: tainted nvidia.com/gpu=present:NoSchedule (not tolerated)"),
+         [node("l4-t", "l4", 1, taints=[DEDICATED_TAINT])] + CPU, "pytorch", "cpu",
+         reason="nodes left out: tainted dedicated=ml:NoSchedule (not tolerated)"),
+    # GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule and its ExtendedResourceToleration admission adds
+    # the toleration to every pod requesting nvidia.com/gpu: GPU placements use them, CPU placements do not.
+    Case("gke-gpu-taint-tolerated-as-gke-does", m(model=m(modelRef="llama-3-1-8b")),
+         [node("l4-t", "l4", 1, taints=[GPU_TAINT])] + CPU, "vllm", "gpu", "NVIDIA-L4", 1,
+         reason="tolerated by pods requesting the accelerator"),
+    Case("gke-gpu-taint-keeps-cpu-pods-off", m(model=m(modelRef="qwen-0-5b"), hardware=m(accelerator="cpu")),
+         [node("l4-t", "l4", 1, taints=[GPU_TAINT])], None),
     Case("tainted-gpu-tolerated", m(model=m(modelRef="llama-3-1-8b"), hardware=m(tolerations=TOLERATE_GPU)),
          [node("l4-t", "l4", 1, taints=[GPU_TAINT])] + CPU, "vllm", "gpu", "NVIDIA-L4", 1),
     Case("cordoned-and-notready", m(model=m(modelRef="llama-3-1-8b")),

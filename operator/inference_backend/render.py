@@ -18,7 +18,7 @@ import yaml
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer
-from inference_backend.facts import GPU_RESOURCE
+from inference_backend.facts import MIG_RESOURCE_PREFIX, tolerates
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"
@@ -76,16 +76,33 @@ def spec_hash(pod_template: Json) -> str:
 
 
 def _node_selector(ib: InferenceBackend, decision: Decision) -> dict[str, str]:
+    """spec.hardware.nodeSelector plus the label naming the chosen GPU product on its nodes (GFD's
+    nvidia.com/gpu.product, GKE's gke-accelerator, Karpenter's instance-gpu-name, AMD's product name or the
+    instance type: whichever identified it); none for a GPU nothing names."""
     out = dict(sorted(ib.spec.hardware.node_selector.items()))
     p = decision.placement
-    if p is not None and p.gpu is not None and p.gpu.labelled and p.gpu.product != "unknown":
-        product = p.gpu.product
-        if p.gpu.resource != GPU_RESOURCE:
-            # MIG mixed strategy: facts names the slice "<product>-MIG-<profile>"; the node label is the product,
-            # and the nvidia.com/mig-<profile> request already selects nodes with that profile.
-            product = product.split("-MIG-", 1)[0]
-        out.setdefault(GPU_PRODUCT_LABEL, product)
+    if p is not None and p.gpu is not None:
+        for key, value in p.gpu.selector:
+            if key == GPU_PRODUCT_LABEL and p.gpu.resource.startswith(MIG_RESOURCE_PREFIX):
+                # MIG mixed strategy: the node label is the whole GPU's product, and the nvidia.com/mig-<profile>
+                # request already selects nodes with that profile.
+                value = value.split("-MIG-", 1)[0]
+            out.setdefault(key, value)
     return out
+
+
+def _tolerations(ib: InferenceBackend, decision: Decision) -> list[Json]:
+    """spec.hardware.tolerations, plus the toleration the ExtendedResourceToleration admission plugin adds for
+    the accelerator resource when the chosen nodes carry a taint keyed on it (GKE's nvidia.com/gpu=present), so the
+    pod schedules there whether or not the cluster runs that plugin."""
+    own = [t.wire() for t in ib.spec.hardware.tolerations]
+    p = decision.placement
+    if p is None or p.gpu is None:
+        return own
+    implicit = {"key": p.gpu.resource, "operator": "Exists", "effect": "NoSchedule"}
+    needed = any(t.key == p.gpu.resource and t.effect == "NoSchedule" and not tolerates(own, t)
+                 for t in p.hardware.taints)  # fmt: skip
+    return [*own, implicit] if needed else own
 
 
 def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
@@ -115,8 +132,9 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     node_selector = _node_selector(ib, decision)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
-    if spec.hardware.tolerations:
-        pod_spec["tolerations"] = [t.wire() for t in spec.hardware.tolerations]
+    tolerations = _tolerations(ib, decision)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
     if c.init_containers:
         pod_spec["initContainers"] = [dict(i) for i in c.init_containers]
     pod_spec["containers"] = [c.to_k8s()]

@@ -159,6 +159,15 @@ def gpus(decision: Decision) -> int:
     return p.gpus_per_replica if p.gpu is not None else 0
 
 
+def device_image(decision: Decision, devices: Mapping[Any, str], cpu_image: str | None = None) -> str:
+    """The engine's image for the placement's device: the vendor's build on a GPU (the selection only places an
+    engine on vendors its card lists), ``cpu_image`` on CPU."""
+    gpu = placement(decision).gpu
+    if gpu is None:
+        return cpu_image or devices["nvidia"]
+    return devices[gpu.vendor]
+
+
 def served_name(decision: Decision, name: str) -> str:
     assert decision.model is not None
     return decision.model.served_name or name

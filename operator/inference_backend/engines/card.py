@@ -14,6 +14,7 @@ from typing import Literal
 from inference_backend.engines.base import Endpoints, Renderer
 
 Accelerator = Literal["gpu", "cpu"]
+GpuVendor = Literal["nvidia", "amd", "habana"]
 Float32OnGpu = Literal["float32", "float16"]
 
 
@@ -78,6 +79,10 @@ class EngineCard:
     """The dtype a float32 checkpoint computes in on a GPU."""
     images: Mapping[Accelerator, str]
     """The pinned image per accelerator it runs on."""
+    devices: Mapping[GpuVendor, str]
+    """The GPU vendors its pinned release has a build for, each with its image (nvidia: the CUDA image, the same as
+    ``images["gpu"]``; amd: ROCm/HIP; habana: Gaudi). A vendor missing here is one the selection never places it
+    on, and the reasons say so."""
     endpoints: Endpoints
     profiles: Mapping[Accelerator, Profile]
     """Performance per accelerator it runs on, each with provenance."""
@@ -97,6 +102,8 @@ class EngineCard:
                 out.append(f"images[{acc}]")
             if acc not in self.profiles:
                 out.append(f"profiles[{acc}]")
+        if "gpu" in self.accelerators and self.devices.get("nvidia") != self.images.get("gpu"):
+            out.append("devices[nvidia]")
         return out
 
 
@@ -116,6 +123,7 @@ __all__ = [
     "Endpoints",
     "EngineCard",
     "Float32OnGpu",
+    "GpuVendor",
     "Profile",
     "Renderer",
 ]  # fmt: skip

@@ -24,12 +24,13 @@ from inference_backend.engines.base import (
     assemble,
     cached_pod_parts,
     cpu_cores,
+    device_image,
     gpus,
     merge_named,
     placement,
     served_name,
 )
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, GpuVendor, Profile
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "llamacpp"
@@ -41,6 +42,10 @@ OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = f"b{LLAMA_CPP_BUILD}"
 IMAGE_CPU = f"ghcr.io/ggml-org/llama.cpp:server-{VERSION}"
 IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{VERSION}"
+# AMD: the HIP build of the same server (llama.cpp docs/docker.md: "server-rocm", compiled with ROCm; published per
+# build as server-rocm-b<N>); same flags, -ngl offloads to the HIP device the amd.com/gpu request maps in.
+IMAGE_ROCM = f"ghcr.io/ggml-org/llama.cpp:server-rocm-{VERSION}"
+DEVICES: dict[GpuVendor, str] = {"nvidia": IMAGE_CUDA, "amd": IMAGE_ROCM}
 ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("/app/llama-server",)  # the server images' entrypoint (.devops/*.Dockerfile: /app/llama-server)
 # Every spelling in arg.cpp of the flags we set -> one name (short, long, --no- forms).
@@ -150,7 +155,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     # tools/server: GET /health (503 while loading), GET /metrics with --metrics
     kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
     return assemble(
-        engine=ENGINE, version=VERSION, image=IMAGE_CUDA if on_gpu else IMAGE_CPU, command=COMMAND, args=a,
+        engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES, IMAGE_CPU), command=COMMAND, args=a,
         env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
         kv_bytes=kv_bytes,
         volumes=parts.volumes, mounts=parts.mounts,
@@ -194,7 +199,7 @@ CARD = EngineCard(
     quantizations=GGUF_QUANTIZATIONS | {"none"}, kv_dtypes=frozenset({"float16", "bfloat16", "q8_0", "q4_0"}),
     multi_gpu=True, multi_node=False, min_compute=(5, 0), bf16_min_compute=(0, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, endpoints=ENDPOINTS,
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, devices=DEVICES, endpoints=ENDPOINTS,
     profiles={
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
         "cpu": Profile(**MEASURED_CPU[ENGINE]),

@@ -41,7 +41,7 @@ CARD = EngineCard(
     quantizations=frozenset({"none", "int8", "int4"}), kv_dtypes=frozenset(),
     multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
     own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE, "cpu": IMAGE}, endpoints=runners.ENDPOINTS,
+    images={"gpu": IMAGE, "cpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=runners.ENDPOINTS,
     profiles={
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
         "cpu": Profile(**MEASURED_CPU[ENGINE]),

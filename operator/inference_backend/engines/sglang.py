@@ -153,7 +153,8 @@ CARD = EngineCard(
     quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset(KV_DTYPES),
     multi_gpu=True, multi_node=True, min_compute=(7, 5), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
+    # CUDA only here: SGLang's ROCm images (lmsysorg/sglang:*-rocm*) are other builds, not rendered.
+    images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container,

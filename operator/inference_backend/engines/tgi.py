@@ -139,7 +139,8 @@ CARD = EngineCard(
     quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset({"fp8"}),
     multi_gpu=True, multi_node=False, min_compute=(8, 0), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
+    # CUDA only here: TGI's -rocm and -gaudi images are other builds whose flags the contract test does not check.
+    images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container,

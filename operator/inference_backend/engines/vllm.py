@@ -23,17 +23,24 @@ from inference_backend.engines.base import (
     EngineContainer,
     assemble,
     cached_pod_parts,
+    device_image,
     gpus,
     merge_named,
     placement,
     served_name,
 )
-from inference_backend.engines.card import EngineCard, Profile
+from inference_backend.engines.card import EngineCard, GpuVendor, Profile
 
 ENGINE = "vllm"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "0.33.0"
 IMAGE = f"vllm/vllm-openai:v{VERSION}"
+# AMD Instinct: vLLM's official ROCm image (docs/getting_started/installation/gpu.rocm.inc.md, "Pre-built images":
+# vllm/vllm-openai-rocm on Docker Hub, published upstream since 2026-01-20; supported GPUs MI200s (gfx90a), MI300
+# (gfx942), MI350 (gfx950); ROCm 6.3+). Same `vllm serve` CLI; the AMD device plugin maps /dev/kfd and /dev/dri for
+# an amd.com/gpu request. Gaudi needs the separate vllm-gaudi plugin, not part of the pinned release: no habana build.
+ROCM_IMAGE = f"vllm/vllm-openai-rocm:v{VERSION}"
+DEVICES: dict[GpuVendor, str] = {"nvidia": IMAGE, "amd": ROCM_IMAGE}
 ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("vllm", "serve")
 # Every spelling of the flags we set -> one name (0.33.0 engine/arg_utils.py: "-tp", "-q", "-sc",
@@ -126,7 +133,8 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     )
     # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
     return assemble(
-        engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
+        engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES), command=COMMAND, args=a, env=env,
+        aliases=ALIASES,
         decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
         volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
@@ -179,7 +187,7 @@ CARD = EngineCard(
     quantizations=_GPU_QUANT, kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
     multi_gpu=True, multi_node=True, min_compute=(7, 0), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, endpoints=ENDPOINTS,
+    images={"gpu": IMAGE}, devices=DEVICES, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container,

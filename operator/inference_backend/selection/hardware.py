@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference_backend.api.inferencebackend import Hardware
-from inference_backend.facts import ClusterFacts, HardwareClass, tolerates
+from inference_backend.facts import ClusterFacts, HardwareClass, extended_resource_tolerations, tolerates
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
@@ -14,6 +14,9 @@ _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 class UsableClass:
     hardware: HardwareClass
     nodes: int
+    gpu_pods_only: bool = False
+    """Usable only by pods requesting its accelerators: a taint keyed on the accelerator resource (GKE's
+    nvidia.com/gpu=present:NoSchedule) is tolerated the way the ExtendedResourceToleration admission plugin does."""
 
 
 def _selector_matches(selector: dict[str, str], cls: HardwareClass, names: tuple[str, ...]) -> int:
@@ -48,6 +51,15 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
             left_out["unschedulable (cordoned)"] = left_out.get("unschedulable (cordoned)", 0) + len(names)
             continue
         blocking = [t for t in cls.taints if t.effect in _BLOCKING_EFFECTS and not tolerates(tolerations, t)]
+        implicit = extended_resource_tolerations(cls) if cls.has_gpu else []
+        gpu_only = bool(blocking) and all(tolerates(implicit, t) for t in blocking)
+        if gpu_only:
+            keys = ", ".join(sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+                                     for t in blocking}))  # fmt: skip
+            notes.append(f"{_nodes(names)}: tainted {keys}: tolerated by pods requesting the accelerator (the "
+                         "toleration GKE's ExtendedResourceToleration admission adds; rendered in the pod), "
+                         "so only GPU placements use these nodes")  # fmt: skip
+            blocking = []
         if blocking:
             t = blocking[0]
             why = f"tainted {t.key}{'=' + t.value if t.value else ''}:{t.effect} (not tolerated)"
@@ -59,7 +71,7 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
                 "not matching hardware.nodeSelector", 0
             ) + len(names)
             continue
-        usable.append(UsableClass(cls, matching))
+        usable.append(UsableClass(cls, matching, gpu_only))
         notes.extend(f"{_nodes(names)}: {note}" for note in cls.notes)
     # No node counts here: they change with every node that comes or goes, and the decision path (and so the
     # status) should only change when the choice does.

@@ -10,7 +10,7 @@ from functools import partial
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Placement, ResolvedModel
 from inference_backend.engines import card
-from inference_backend.facts import GPUFacts, gpu_speed
+from inference_backend.facts import VENDOR_TITLES, GPUFacts, product_matches
 from inference_backend.memory import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -48,10 +48,11 @@ class Option:
         if p.gpu is None:
             return (0, len(self.misses), not self.speculate, -p.hardware.cpu_millis, -p.hardware.memory_bytes,
                     p.hardware)  # fmt: skip
-        pref = preferences.index(p.gpu.product) if p.gpu.product in preferences else len(preferences)
+        gpu = p.gpu
+        pref = next((i for i, name in enumerate(preferences) if product_matches(name, gpu)), len(preferences))
         full = (p.gpu.product, p.gpus_per_replica) in busy
         return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, p.gpus_per_replica,
-                p.gpu.memory_mib, -gpu_speed(p.gpu.product), p.gpu.product, p.hardware)  # fmt: skip
+                p.gpu.memory_mib, -p.gpu.speed, p.gpu.product, p.hardware)  # fmt: skip
 
 
 def serving_dtype(engine: str, model: ResolvedModel, gpu: GPUFacts | None) -> tuple[str, list[str]]:
@@ -91,7 +92,7 @@ def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: 
     bytes_ratio = (7e9 * profile.bytes_per_param) / max(weights, 1.0)
     if placement.gpu is not None:
         tp = placement.gpus_per_replica
-        speed = gpu_speed(placement.gpu.product) * tp * _TP_EFFICIENCY ** math.log2(tp)
+        speed = placement.gpu.speed * tp * _TP_EFFICIENCY ** math.log2(tp)
     else:
         speed = max(placement.hardware.cpu_millis / 1000, 1) / profile.reference_cores
     return profile.ttft_ms * size / speed, profile.tokens_per_second * speed * bytes_ratio
@@ -149,6 +150,11 @@ def engine_options(
     for usable in gpu_classes if "gpu" in caps.accelerators else []:
         for gpu in usable.hardware.gpus:
             if gpu.count <= 0:
+                continue
+            if gpu.vendor not in caps.devices:
+                msg = (f"{gpu.product} ({gpu.resource}): {caps.title} {caps.version} has no "
+                       f"{VENDOR_TITLES.get(gpu.vendor, gpu.vendor)} build")  # fmt: skip
+                closest = closest or (math.inf, msg)
                 continue
             if gpu.compute is not None and gpu.compute < caps.min_compute:
                 msg = (f"{gpu.product} has compute {gpu.compute[0]}.{gpu.compute[1]}, {engine} needs "

@@ -9,7 +9,7 @@ Steps, in order (each appends to the decision path):
 6. per engine, every placement that fits in memory, with estimated TTFT/throughput and objective misses;
    under ``accelerator: auto`` GPU placements win over CPU ones when any fits;
 7. rank engines by (objectives missed, requested features the engine lacks, registry order) and the placements of
-   the winner by (gpuProducts preference, objectives missed, GFD-labelled GPU, draft kept, fewest GPUs,
+   the winner by (gpuProducts preference, objectives missed, identified GPU (not assumed), draft kept, fewest GPUs,
    smallest GPU memory, faster GPU, product name, hardware class). Python's sort is stable and every key ends
    in a total order, so the same input always gives the same Decision whatever the order of the nodes.
 8. resolve batching, prefix cache, KV cache dtype and speculation on the chosen engine, reporting what it lacks.
@@ -32,7 +32,7 @@ from inference_backend.decision import (
 )
 from inference_backend.engines import NAMES as ENGINES
 from inference_backend.engines import EngineCard, card, check_spec
-from inference_backend.facts import ClusterFacts
+from inference_backend.facts import VENDOR_TITLES, ClusterFacts
 from inference_backend.quantity import gib
 from inference_backend.selection.hardware import UsableClass, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
@@ -126,7 +126,8 @@ def select(
     accel = spec.hardware.accelerator
     gpu_classes = [u for u in usable if u.hardware.has_gpu] if accel != "cpu" else []
     cpu_only = [u for u in usable if not u.hardware.has_gpu]
-    cpu_classes = (cpu_only or usable) if accel != "gpu" else []
+    cpu_classes = (cpu_only or [u for u in usable if not u.gpu_pods_only]) if accel != "gpu" else []
+    reasons.extend(_unserved_devices(gpu_classes, candidates))
     if cpu_classes and not cpu_only:
         reasons.append("no CPU-only node: CPU placements considered on GPU nodes")
 
@@ -183,6 +184,23 @@ def select(
         reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) ({used} requested by other "
                        "InferenceBackends): pods wait until some free up")  # fmt: skip
     return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected)
+
+
+def _unserved_devices(gpu_classes: list[UsableClass], candidates: list[str]) -> list[str]:
+    """A reason per accelerator vendor among the usable nodes that no candidate engine has a build for."""
+    by_vendor: dict[str, set[str]] = {}
+    for usable in gpu_classes:
+        for g in usable.hardware.gpus:
+            if g.count > 0:
+                by_vendor.setdefault(g.vendor, set()).add(f"{g.product} ({g.resource})")
+    out = []
+    for vendor, products in sorted(by_vendor.items()):
+        if not any(vendor in card(e).devices for e in candidates):
+            title = VENDOR_TITLES.get(vendor, vendor)
+            out.append(f"{', '.join(sorted(products))}: no candidate engine runs on {title} "
+                       f"({', '.join(candidates)}: no {vendor} build in the pinned release); these accelerators are "
+                       "not used")  # fmt: skip
+    return out
 
 
 def _busy_products(gpu_classes: list[UsableClass], in_use: Mapping[str, int], options: dict[str, list[Option]],

@@ -1,0 +1,47 @@
+"""Hardware facts: node parsing (facts/nodes.py), accelerator identification in a fixed precedence
+(facts/identify.py), the SKU table (facts/sku_table.py) and the cloud tables (facts/clouds.py). Pure: no I/O.
+
+Layering: api -> facts -> decision -> engines -> selection -> render.
+"""
+
+from inference_backend.facts.identify import INDEX
+from inference_backend.facts.nodes import (
+    AMD_RESOURCE,
+    DEVICE_RESOURCES,
+    GAUDI_RESOURCE,
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    UNKNOWN_GPU_SPEED,
+    UNLABELLED_GPU_COMPUTE,
+    UNLABELLED_GPU_MEMORY_MIB,
+    VENDOR_TITLES,
+    ClusterFacts,
+    GPUFacts,
+    HardwareClass,
+    Taint,
+    class_label,
+    extended_resource_tolerations,
+    gpu_speed,
+    group_nodes,
+    hardware_class,
+    tolerates,
+)
+
+
+def product_matches(preference: str, gpu: GPUFacts) -> bool:
+    """Whether a ``hardware.gpuProducts`` entry names this GPU: the same string, or the same SKU row by tokens
+    (``NVIDIA-H100-80GB-HBM3`` names a GKE node labelled ``nvidia-h100-80gb``)."""
+    if preference == gpu.product:
+        return True
+    if not gpu.sku or gpu.mig:
+        return False
+    sku, _ = INDEX.lookup(preference)
+    return sku is not None and sku.id == gpu.sku
+
+
+__all__ = [
+    "AMD_RESOURCE", "DEVICE_RESOURCES", "GAUDI_RESOURCE", "GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "UNKNOWN_GPU_SPEED",
+    "UNLABELLED_GPU_COMPUTE", "UNLABELLED_GPU_MEMORY_MIB", "VENDOR_TITLES", "ClusterFacts", "GPUFacts",
+    "HardwareClass", "Taint", "class_label", "extended_resource_tolerations", "gpu_speed", "group_nodes",
+    "hardware_class", "product_matches", "tolerates",
+]  # fmt: skip

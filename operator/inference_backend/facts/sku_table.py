@@ -1,0 +1,162 @@
+"""The accelerator SKU table: one row per part, each with its source. Data only (the lookup is facts/sku.py).
+
+Sources (cited per row in ``source``):
+- NVIDIA datasheets for memory, bandwidth, form factor and NVLink; compute capability from NVIDIA's CUDA GPU list
+  (developer.nvidia.com/cuda-gpus); bf16 from compute capability >= 8.0, fp8 from >= 8.9 (Ada, Hopper, Blackwell);
+- ``memory_mib`` is what the driver reports (nvidia-smi's total, the value GFD writes to nvidia.com/gpu.memory)
+  where that figure is known: T4 15360, A10G 23028, L4 23034, A100 40960/81920, H100 81559, H200 143771,
+  B200 183359, MI300X 196288 (205822885888 B), MI210 65520; every other row converts the datasheet's decimal GB
+  to MiB (``dec``), which is less than the driver reports, so a fit never counts memory that is not there;
+- MIG profiles and their compute/memory slices: NVIDIA MIG User Guide, "Supported MIG Profiles" (A100, A30, H100,
+  H100 94GB, H200, B200); a slice's bandwidth share is its memory slices over 8 (4 on A30);
+- AMD Instinct datasheets (amd.com/en/products/accelerators/instinct); MI250X/MI250 and MI210 rows are per GCD
+  (the ROCm device plugin exposes each of the MI250's two GCDs as one amd.com/gpu);
+- Intel Gaudi, Gaudi 2 and Gaudi 3 product briefs (habana.ai / intel.com).
+"""
+
+from __future__ import annotations
+
+from inference_backend.facts.sku import MigProfile, Sku
+
+MIB = 2**20
+
+
+def dec(gb: int) -> int:
+    """Decimal GB to MiB, rounded down."""
+    return gb * 10**9 // MIB
+
+
+def _mig(*profiles: tuple[str, int, int]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(n, c, m) for n, c, m in profiles)
+
+
+MIG_40 = _mig(("1g.5gb", 1, 1), ("1g.10gb", 1, 2), ("2g.10gb", 2, 2), ("3g.20gb", 3, 4), ("4g.20gb", 4, 4),
+              ("7g.40gb", 7, 8))  # fmt: skip
+MIG_80 = _mig(("1g.10gb", 1, 1), ("1g.20gb", 1, 2), ("2g.20gb", 2, 2), ("3g.40gb", 3, 4), ("4g.40gb", 4, 4),
+              ("7g.80gb", 7, 8))  # fmt: skip
+MIG_94 = _mig(("1g.12gb", 1, 1), ("1g.24gb", 1, 2), ("2g.24gb", 2, 2), ("3g.47gb", 3, 4), ("4g.47gb", 4, 4),
+              ("7g.94gb", 7, 8))  # fmt: skip
+MIG_141 = _mig(("1g.18gb", 1, 1), ("1g.35gb", 1, 2), ("2g.35gb", 2, 2), ("3g.71gb", 3, 4), ("4g.71gb", 4, 4),
+               ("7g.141gb", 7, 8))  # fmt: skip
+MIG_180 = _mig(("1g.23gb", 1, 1), ("1g.45gb", 1, 2), ("2g.45gb", 2, 2), ("3g.90gb", 3, 4), ("4g.90gb", 4, 4),
+               ("7g.180gb", 7, 8))  # fmt: skip
+MIG_A30 = _mig(("1g.6gb", 1, 1), ("2g.12gb", 2, 2), ("4g.24gb", 4, 4))
+
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100)"
+_H200 = "NVIDIA H200 datasheet (nvidia.com/en-us/data-center/h200)"
+_BW = "NVIDIA Blackwell: HGX B200 / GB200 NVL72 / HGX B300 specifications (nvidia.com/en-us/data-center/hgx)"
+_A100 = "NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)"
+_ADA = "NVIDIA L4 / L40 / L40S / RTX 6000 Ada datasheets (nvidia.com/en-us/data-center)"
+_AMP = "NVIDIA A10 / A10G (AWS G5) / A30 / A40 / RTX A6000 datasheets"
+_OLD = "NVIDIA T4 / V100 / P100 / P4 / K80 datasheets"
+_AMD = "AMD Instinct datasheets (amd.com/en/products/accelerators/instinct)"
+_GAUDI = "Intel Gaudi / Gaudi 2 / Gaudi 3 product briefs (habana.ai, intel.com)"
+
+
+def _nv(id: str, model: str, form: str, gb: int, mib: int, cc: tuple[int, int], bw: int, nvlink: bool,
+        names: tuple[str, ...], source: str, mig: tuple[MigProfile, ...] = (),
+        slices: tuple[int, int] = (7, 8)) -> Sku:  # fmt: skip
+    return Sku(id, "nvidia", frozenset(model.split()), form, gb, mib, cc, bw, cc >= (8, 0), cc >= (8, 9), nvlink,
+               names, source, mig, slices)  # fmt: skip
+
+
+NVIDIA: tuple[Sku, ...] = (
+    _nv("H100-SXM5-80GB", "h100", "sxm", 80, 81559, (9, 0), 3350, True,
+        ("NVIDIA-H100-80GB-HBM3", "NVIDIA H100 SXM5 80GB", "nvidia-h100-80gb", "nvidia-h100-mega-80gb"), _H100,
+        MIG_80),
+    _nv("H100-PCIe-80GB", "h100", "pcie", 80, 81559, (9, 0), 2000, False, ("NVIDIA-H100-PCIe", "NVIDIA H100 PCIe"),
+        _H100, MIG_80),
+    _nv("H100-NVL-94GB", "h100", "nvl", 94, dec(94), (9, 0), 3900, True, ("NVIDIA-H100-NVL", "NVIDIA H100 NVL"),
+        _H100, MIG_94),
+    _nv("H200-SXM-141GB", "h200", "sxm", 141, 143771, (9, 0), 4800, True,
+        ("NVIDIA-H200", "NVIDIA H200 SXM 141GB", "nvidia-h200-141gb"), _H200, MIG_141),
+    _nv("H200-NVL-141GB", "h200", "nvl", 141, 143771, (9, 0), 4800, True, ("NVIDIA-H200-NVL", "NVIDIA H200 NVL"),
+        _H200, MIG_141),
+    _nv("GH200-96GB", "gh200", "superchip", 96, dec(96), (9, 0), 4000, True,
+        ("NVIDIA-GH200-480GB", "NVIDIA GH200 Grace Hopper Superchip"), "NVIDIA GH200 datasheet"),
+    _nv("B200-180GB", "b200", "sxm", 180, 183359, (10, 0), 8000, True, ("NVIDIA-B200", "NVIDIA B200", "nvidia-b200"),
+        _BW, MIG_180),
+    _nv("GB200-186GB", "gb200", "superchip", 186, dec(186), (10, 0), 8000, True,
+        ("NVIDIA-GB200", "NVIDIA GB200 Grace Blackwell Superchip", "nvidia-gb200"), _BW),
+    _nv("B300-288GB", "b300", "sxm", 288, dec(270), (10, 3), 8000, True, ("NVIDIA-B300-SXM6-AC", "NVIDIA B300"),
+        _BW + "; 270 GB counted (GCP A4X Max lists 279 GB per GB300 GPU)"),
+    _nv("GB300-279GB", "gb300", "superchip", 279, dec(270), (10, 3), 8000, True,
+        ("NVIDIA-GB300", "NVIDIA GB300 Grace Blackwell Ultra Superchip", "nvidia-gb300"),
+        _BW + "; GCP a4x-maxgpu-4g-metal: 1,116 GB over 4 GPUs"),
+    _nv("A100-SXM4-40GB", "a100", "sxm", 40, 40960, (8, 0), 1555, True,
+        ("NVIDIA-A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"), _A100, MIG_40),
+    _nv("A100-SXM4-80GB", "a100", "sxm", 80, 81920, (8, 0), 2039, True,
+        ("NVIDIA-A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "nvidia-a100-80gb"), _A100, MIG_80),
+    _nv("A100-PCIe-40GB", "a100", "pcie", 40, 40960, (8, 0), 1555, False,
+        ("NVIDIA-A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB"), _A100, MIG_40),
+    _nv("A100-PCIe-80GB", "a100", "pcie", 80, 81920, (8, 0), 1935, False,
+        ("NVIDIA-A100-80GB-PCIe", "NVIDIA A100 80GB PCIe"), _A100, MIG_80),
+    _nv("A30-24GB", "a30", "pcie", 24, dec(24), (8, 0), 933, False, ("NVIDIA-A30", "NVIDIA A30"), _AMP, MIG_A30,
+        (4, 4)),
+    _nv("A10G-24GB", "a10g", "pcie", 24, 23028, (8, 6), 600, False, ("NVIDIA-A10G", "NVIDIA A10G"), _AMP),
+    _nv("A10-24GB", "a10", "pcie", 24, 23028, (8, 6), 600, False, ("NVIDIA-A10", "NVIDIA A10"), _AMP),
+    _nv("A40-48GB", "a40", "pcie", 48, dec(48), (8, 6), 696, False, ("NVIDIA-A40", "NVIDIA A40"), _AMP),
+    _nv("RTX-A6000-48GB", "rtx a6000", "pcie", 48, dec(48), (8, 6), 768, False,
+        ("NVIDIA-RTX-A6000", "NVIDIA RTX A6000"), _AMP),
+    _nv("L4-24GB", "l4", "pcie", 24, 23034, (8, 9), 300, False, ("NVIDIA-L4", "NVIDIA L4", "nvidia-l4"), _ADA),
+    _nv("L40S-48GB", "l40s", "pcie", 48, dec(48), (8, 9), 864, False, ("NVIDIA-L40S", "NVIDIA L40S"), _ADA),
+    _nv("L40-48GB", "l40", "pcie", 48, dec(48), (8, 9), 864, False, ("NVIDIA-L40", "NVIDIA L40"), _ADA),
+    _nv("RTX-6000-Ada-48GB", "rtx 6000 ada", "pcie", 48, dec(48), (8, 9), 960, False,
+        ("NVIDIA-RTX-6000-Ada-Generation", "NVIDIA RTX 6000 Ada Generation"), _ADA),
+    _nv("RTX-PRO-6000-96GB", "rtx pro 6000", "pcie", 96, dec(96), (12, 0), 1792, False,
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+         "nvidia-rtx-pro-6000"), "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet"),
+    _nv("T4-16GB", "t4", "pcie", 16, 15360, (7, 5), 320, False, ("Tesla-T4", "Tesla T4", "nvidia-tesla-t4"), _OLD),
+    _nv("T4G-16GB", "t4g", "pcie", 16, 15360, (7, 5), 320, False, ("NVIDIA-T4G", "NVIDIA T4G"),
+        _OLD + "; T4G: the T4 on AWS G5g (Graviton)"),
+    _nv("V100-SXM2-16GB", "v100", "sxm", 16, dec(16), (7, 0), 900, True,
+        ("Tesla-V100-SXM2-16GB", "Tesla V100-SXM2-16GB"), _OLD),
+    _nv("V100-SXM2-32GB", "v100", "sxm", 32, dec(32), (7, 0), 900, True,
+        ("Tesla-V100-SXM2-32GB", "Tesla V100-SXM2-32GB"), _OLD),
+    _nv("V100-PCIe-16GB", "v100", "pcie", 16, dec(16), (7, 0), 900, False,
+        ("Tesla-V100-PCIE-16GB", "Tesla V100-PCIE-16GB"), _OLD),
+    _nv("V100-PCIe-32GB", "v100", "pcie", 32, dec(32), (7, 0), 900, False,
+        ("Tesla-V100-PCIE-32GB", "Tesla V100-PCIE-32GB"), _OLD),
+    _nv("P100-PCIe-16GB", "p100", "pcie", 16, dec(16), (6, 0), 732, False,
+        ("Tesla-P100-PCIE-16GB", "Tesla P100-PCIE-16GB", "nvidia-tesla-p100"), _OLD),
+    _nv("P4-8GB", "p4", "pcie", 8, dec(8), (6, 1), 192, False, ("Tesla-P4", "Tesla P4", "nvidia-tesla-p4"), _OLD),
+    _nv("K80-12GB", "k80", "pcie", 12, dec(12), (3, 7), 240, False, ("Tesla-K80", "Tesla K80", "nvidia-tesla-k80"),
+        _OLD + " (per GPU; a K80 board holds two)"),
+)  # fmt: skip
+
+
+def _amd(id: str, model: str, gb: int, mib: int, bw: int, fp8: bool, arch: str, names: tuple[str, ...],
+         note: str = "") -> Sku:  # fmt: skip
+    return Sku(id, "amd", frozenset(model.split()), "oam", gb, mib, None, bw, True, fp8, True, names,
+               _AMD + note, arch=arch)  # fmt: skip
+
+
+AMD: tuple[Sku, ...] = (
+    _amd("MI300X-192GB", "mi300x", 192, 196288, 5300, True, "gfx942",
+         ("AMD_Instinct_MI300X_OAM", "AMD Instinct MI300X", "AMD-MI300X-192G")),
+    _amd("MI325X-256GB", "mi325x", 256, dec(256), 6000, True, "gfx942",
+         ("AMD_Instinct_MI325X_OAM", "AMD Instinct MI325X", "AMD_Instinct_MI325_OAM")),
+    _amd("MI355X-288GB", "mi355x", 288, dec(288), 8000, True, "gfx950",
+         ("AMD_Instinct_MI355X_OAM", "AMD Instinct MI355X")),
+    _amd("MI350X-288GB", "mi350x", 288, dec(288), 8000, True, "gfx950",
+         ("AMD_Instinct_MI350X_OAM", "AMD Instinct MI350X")),
+    _amd("MI250X-GCD-64GB", "mi250x", 64, 65520, 1638, False, "gfx90a",
+         ("AMD_Instinct_MI250X", "AMD Instinct MI250X"), "; per GCD (128 GB, 3.2 TB/s per board)"),
+    _amd("MI250-GCD-64GB", "mi250", 64, 65520, 1638, False, "gfx90a",
+         ("AMD_Instinct_MI250", "AMD Instinct MI250"), "; per GCD (128 GB, 3.2 TB/s per board)"),
+    _amd("MI210-64GB", "mi210", 64, 65520, 1638, False, "gfx90a", ("AMD_Instinct_MI210", "AMD Instinct MI210")),
+)  # fmt: skip
+
+# amd.com/gpu.device-id (PCI device id) -> row, for nodes labelled with the id but not the product name.
+AMD_DEVICE_IDS = {"74a1": "MI300X-192GB", "74a5": "MI325X-256GB", "740c": "MI250X-GCD-64GB", "740f": "MI210-64GB"}
+
+GAUDI: tuple[Sku, ...] = (
+    Sku("Gaudi-HL-205-32GB", "habana", frozenset({"gaudi"}), "oam", 32, dec(32), None, 1000, True, False, True,
+        ("HL-205", "Gaudi", "gaudi-hl-205"), _GAUDI),
+    Sku("Gaudi2-HL-225-96GB", "habana", frozenset({"gaudi2"}), "oam", 96, dec(96), None, 2450, True, True, True,
+        ("HL-225", "Gaudi2", "Gaudi 2", "HL-225H"), _GAUDI),
+    Sku("Gaudi3-HL-325-128GB", "habana", frozenset({"gaudi3"}), "oam", 128, dec(128), None, 3700, True, True, True,
+        ("HL-325", "Gaudi3", "Gaudi 3", "HL-325L"), _GAUDI),
+)  # fmt: skip
+
+SKUS: tuple[Sku, ...] = NVIDIA + AMD + GAUDI
