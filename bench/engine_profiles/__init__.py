@@ -17,7 +17,7 @@ OUT/LABEL-profiles.json (combined, with provenance) and OUT/LABEL-profiles.png.
 # The modules, in the order a run uses them (this docstring is also the --help text):
 #   cli.py         the command line (`python -m bench.engine_profiles`, __main__.py), and the Run it builds
 #   run.py         Run: prerequisites, bandwidth, the model in each format, one engine after the other, the outputs
-#   per_engine.py  everything that differs per engine (model format, server argv, greedy API, KV, versions)
+#   per_engine.py  everything that differs per engine: the format (from its card), a Launcher per local engine
 #   serving.py     a server as a local process: start, /health, HTTP, stop; transformers' greedy reference
 #   load.py        the load (`inference-backend bench`) and the fixed prompts
 #   llama.py       llama.cpp's tools beside llama-server: llama-bench, server timings, KV probe, CUDA build

@@ -117,7 +117,7 @@ class Run:
     # -- one engine --
     def engine(self, engine: str) -> None:
         engines = self.results.setdefault("engines", {})
-        if per_engine.waits_for_llama_build(engine):
+        if per_engine.launcher(engine).waits_for_llama_build:
             llama.wait_build(self)
         for need in (engine, "load"):
             if need in self.skipped:
@@ -127,7 +127,7 @@ class Run:
         if not self.ensure_format(engine):
             engines[engine] = {"status": "skipped", "reason": self.skipped[engine]}
             return
-        if missing := per_engine.missing_server(engine, self.llama_bin):
+        if missing := per_engine.launcher(engine).missing(self.llama_bin):
             engines[engine] = {"status": "skipped", "reason": missing}
             return
         res: dict[str, Any] = {"engine": engine, "started": now()}
@@ -143,7 +143,7 @@ class Run:
             threads=self.threads,
             llama_cache=self.work / "llama-cache",
         )
-        argv = per_engine.server_argv(engine, self.llama_bin, loc.args)
+        argv = per_engine.launcher(engine).argv(self.llama_bin, loc.args)
         res["spec"] = body
         res["rendered"] = {
             "image": rendered.container.image,
@@ -173,9 +173,9 @@ class Run:
             if srv is not None:
                 res["exitCode"] = srv.stop()
                 text = srv.output()
-                if per_engine.kv_from_second_start(engine):
+                if per_engine.launcher(engine).kv_from_second_start:
                     text = llama.kv_log(self, argv, loc.env)
-                res["kv"] = per_engine.kv(engine, text, res)
+                res["kv"] = per_engine.launcher(engine).kv(text, res)
                 res["logTail"] = srv.output()[-3000:]
             res.setdefault("status", "ok" if res.get("steps") else "failed")
             res["finished"] = now()
@@ -191,7 +191,7 @@ class Run:
         with self.log.step(f"{engine}: warm-up"):
             warm = prompt_ids(self.model.vocab, self.load.prompt_tokens, seed=2)
             per_engine.greedy(srv, self.model.name, warm, 8)
-        if per_engine.has_server_timings(engine):
+        if per_engine.launcher(engine).server_timings:
             with self.log.step(f"{engine}: server timings at concurrency 1"):
                 ids = prompt_ids(self.model.vocab, self.load.prompt_tokens, seed=3)
                 res["serverTimings"] = llama.llama_server_timings(srv, ids, self.load.output_tokens, reps=3)
@@ -202,7 +202,7 @@ class Run:
             timeout = self.budget.take(3600)
             if timeout < 30:
                 raise Skip(f"only {timeout:.0f}s of the time budget left")
-            gauge = per_engine.kv_gauge(engine)
+            gauge = per_engine.launcher(engine).kv_gauge
             cpu_start = machine.cpu_accounting()
             with procstats.RssSampler(srv.proc.pid) as rss, MetricSampler(srv.url, gauge) as kv:
                 bench = run_load(self.load, argv, timeout, self.work / f"bench-{engine}.log")
