@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from inference_backend.facts import hardware_class
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs/examples"
@@ -331,8 +332,8 @@ def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wa
     obj = wait_phase(wait_until, ns, "research-gpt", "Ready")
     gpu = obj["status"]["decision"]["placement"]["gpuProduct"]
     assert gpu, obj["status"]["decision"]
-    nodes = [n for n in get_json("nodes")["items"] if n["metadata"]["labels"].get("nvidia.com/gpu.product") == gpu
-             or ("nvidia.com/gpu" in n["status"]["allocatable"] and gpu == "unknown")]  # fmt: skip
+    # every node the operator identifies as that product, by any source (GFD labels, instance type, ...)
+    nodes = [n for n in get_json("nodes")["items"] if any(g.product == gpu for g in hardware_class(n)[1].gpus)]
     saved = [{k: v for k, v in n.items() if k in ("apiVersion", "kind", "metadata", "spec", "status")} for n in nodes]
     try:
         for n in nodes:
