@@ -130,6 +130,26 @@ def test_no_plan_is_kept_without_versions() -> None:
     assert recent.plans == {}
 
 
+
+def pool(product: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return ("nvidia.com/gpu", (("nvidia.com/gpu.product", product),))
+
+
+def test_child_gpus_read_the_pool_from_any_identifying_label_and_device_resource() -> None:
+    """A Deployment placed by instance type (no GFD label) or on AMD still counts: what it holds is its pool."""
+    def dep(selector: dict[str, str], limits: dict[str, str], replicas: int = 1) -> Child:
+        pod = {"nodeSelector": selector, "containers": [{"resources": {"limits": limits}}]}
+        return Child("h", {"spec": {"replicas": replicas, "template": {"spec": pod}}})
+
+    itype = dep({"node.kubernetes.io/instance-type": "g5.2xlarge", "zone": "a"}, {"nvidia.com/gpu": "1", "cpu": "4"}, 2)
+    assert itype.gpus == (("nvidia.com/gpu", (("node.kubernetes.io/instance-type", "g5.2xlarge"),)), 2)
+    amd = dep({"amd.com/gpu.product-name": "AMD_Instinct_MI300X"}, {"amd.com/gpu": "8"})
+    assert amd.gpus == (("amd.com/gpu", (("amd.com/gpu.product-name", "AMD_Instinct_MI300X"),)), 8)
+    mig = dep({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}, {"nvidia.com/mig-1g.5gb": "1"}, 3)
+    assert mig.gpus == (("nvidia.com/mig-1g.5gb", (("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),)), 3)
+    assert dep({}, {"cpu": "2"}).gpus is None
+
+
 def test_gpus_in_use_sums_the_other_deployments() -> None:
     def dep(product: str | None, gpus: int, replicas: int) -> Child:
         selector = {"nvidia.com/gpu.product": product} if product else {}
@@ -144,8 +164,9 @@ def test_gpus_in_use_sums_the_other_deployments() -> None:
         ("ns", "self", "Deployment"): dep("NVIDIA-H100-80GB-HBM3", 8, 1),
     }
     w = World({}, {}, children)
-    assert w.gpus_in_use(("ns", "self")) == {"NVIDIA-L4": 5}
-    assert w.gpus_in_use(("ns", "b")) == {"NVIDIA-L4": 4, "NVIDIA-H100-80GB-HBM3": 8}
+    l4, h100 = (pool("NVIDIA-L4"), pool("NVIDIA-H100-80GB-HBM3"))
+    assert w.gpus_in_use(("ns", "self")) == {l4: 5}
+    assert w.gpus_in_use(("ns", "b")) == {l4: 4, h100: 8}
 
 
 def test_gpu_ledger_equals_the_sum_over_children_through_any_updates() -> None:
@@ -187,5 +208,5 @@ def test_child_signature_moves_with_readiness_not_with_bookkeeping() -> None:
     assert child_signature(dep) != first
     slim = slim_child("Deployment", dep["spec"], dep["status"])
     assert "args" not in str(slim)
-    assert Child("h", slim).gpus == Child("h", dep).gpus == ("NVIDIA-L4", 2)
+    assert Child("h", slim).gpus == Child("h", dep).gpus == (pool("NVIDIA-L4"), 2)
     assert child_signature({"kind": "Service", "spec": {"ports": []}}) == ()

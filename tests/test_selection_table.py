@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from ib_testkit.factories import MODELS, cluster, node, spec
+from inference_backend.facts import pool_of
 from inference_backend.selection import InvalidSpec, select
 
 H100x8 = [node("h100-a", "h100", 8, cpu="192", memory="1900Gi")]
@@ -257,10 +258,29 @@ def test_gpus_in_use_spread_backends_over_free_gpus() -> None:
     nodes = cluster(node("l4-a", "l4", 1), node("a10g-a", "a10g", 1))
     first = select(s, nodes, MODELS)
     assert first.placement is not None and first.placement.gpu is not None
-    taken = first.placement.gpu.product
-    second = select(s, nodes, MODELS, gpus_in_use={taken: 1})
+    taken = first.placement.gpu
+    second = select(s, nodes, MODELS, gpus_in_use={pool_of(taken): 1})
     assert second.placement is not None and second.placement.gpu is not None
-    assert second.placement.gpu.product != taken
-    both = select(s, nodes, MODELS, gpus_in_use={"NVIDIA-L4": 1, "NVIDIA-A10G": 1})
+    assert second.placement.gpu.product != taken.product
+    both = select(s, nodes, MODELS, gpus_in_use={pool_of(taken): 1, pool_of(second.placement.gpu): 1})
     assert both.backend is not None, "still selected: pods wait for a GPU"
     assert any("no free" in r and "pods wait" in r for r in both.reasons)
+
+
+def test_one_product_in_two_pools_counts_capacity_per_pool() -> None:
+    """An A10G identified by GFD on one node and by its instance type on another: a pod selects one or the other,
+    so the GPU the first backend holds on one node does not leave one free there for the second."""
+    s = spec(model={"modelRef": "qwen-0-5b"})
+    gfd = node("a10g-gfd", "a10g", 1)
+    bare = node("a10g-bare", "a10g", 1, gfd=False, labels={"node.kubernetes.io/instance-type": "g5.2xlarge"})
+    nodes = cluster(gfd, bare)
+    first = select(s, nodes, MODELS)
+    assert first.placement is not None and first.placement.gpu is not None
+    assert {g.product for cls in nodes for g in cls.gpus} == {first.placement.gpu.product}, "one product, two pools"
+    second = select(s, nodes, MODELS, gpus_in_use={pool_of(first.placement.gpu): 1})
+    assert second.placement is not None and second.placement.gpu is not None
+    assert second.placement.gpu.product == first.placement.gpu.product
+    assert pool_of(second.placement.gpu) != pool_of(first.placement.gpu), "the other node's pool"
+    assert not any("no free" in r for r in second.reasons)
+    full = select(s, nodes, MODELS, gpus_in_use={pool_of(first.placement.gpu): 1, pool_of(second.placement.gpu): 1})
+    assert any("no free" in r and "pods wait" in r for r in full.reasons)

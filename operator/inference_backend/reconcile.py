@@ -23,7 +23,7 @@ from inference_backend import metrics, status
 from inference_backend.api import InferenceBackend
 from inference_backend.api.common import GROUP
 from inference_backend.api.model import ModelSpec
-from inference_backend.facts import HardwareClass
+from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
 from inference_backend.kube import Kube, owned
 from inference_backend.manifests import explain
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
@@ -42,16 +42,11 @@ class Child:
     body: dict[str, Any] = field(default_factory=dict)
 
     @cached_property
-    def gpus(self) -> tuple[str, int] | None:
-        """(GPU product, GPUs over all replicas) a Deployment requests; None when it requests none."""
+    def gpus(self) -> tuple[Pool, int] | None:
+        """(GPU pool, devices over all replicas) a Deployment requests; None when it requests none."""
         spec = self.body.get("spec") or {}
         pod = (spec.get("template") or {}).get("spec") or {}
-        product = (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
-        if not product:
-            return None
-        limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
-        gpus = sum(int(lim.get("nvidia.com/gpu", 0) or 0) for lim in limits)
-        return product, gpus * int(spec.get("replicas", 1) or 0)
+        return pod_pool(pod, int(spec.get("replicas", 1) or 0))
 
 
 def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str, Any]:
@@ -60,11 +55,10 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     if kind != "Deployment":
         return {}
     pod = (spec.get("template") or {}).get("spec") or {}
-    product = (pod.get("nodeSelector") or {}).get("nvidia.com/gpu.product")
+    selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in SELECTOR_KEYS}
     limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
-    containers = [{"resources": {"limits": {"nvidia.com/gpu": lim.get("nvidia.com/gpu", 0)}}} for lim in limits]
-    template = {"spec": {"nodeSelector": {"nvidia.com/gpu.product": product} if product else {},
-                         "containers": containers}}  # fmt: skip
+    containers = [{"resources": {"limits": {r: n for r, n in lim.items() if is_device_resource(r)}}} for lim in limits]
+    template = {"spec": {"nodeSelector": selector, "containers": containers}}
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
     status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions}
     return {"spec": {"replicas": spec.get("replicas", 1), "template": template}, "status": status}
@@ -80,15 +74,15 @@ def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 class GpuLedger:
-    """GPUs per product requested by each backend's Deployment, with running totals: the sum over the other
-    backends costs O(products), not a pass over every child (at 1,000 backends that pass was a quarter of the
+    """Devices per pool (facts/pools.py) requested by each backend's Deployment, with running totals: the sum over
+    the other backends costs O(pools), not a pass over every child (at 1,000 backends that pass was a quarter of the
     operator's CPU, measured with py-spy during bench/operator_scale.py)."""
 
     def __init__(self) -> None:
-        self._by_owner: dict[tuple[str, str], tuple[str, int]] = {}
-        self._totals: dict[str, int] = {}
+        self._by_owner: dict[tuple[str, str], tuple[Pool, int]] = {}
+        self._totals: dict[Pool, int] = {}
 
-    def set(self, owner: tuple[str, str], gpus: tuple[str, int] | None) -> None:
+    def set(self, owner: tuple[str, str], gpus: tuple[Pool, int] | None) -> None:
         """Record what ``owner``'s Deployment requests now (None or 0 GPUs: nothing, as when it is deleted)."""
         old = self._by_owner.pop(owner, None)
         if old is not None:
@@ -97,16 +91,16 @@ class GpuLedger:
             self._by_owner[owner] = gpus
             self._add(gpus, 1)
 
-    def _add(self, gpus: tuple[str, int], sign: int) -> None:
-        product, count = gpus
-        total = self._totals.get(product, 0) + sign * count
+    def _add(self, gpus: tuple[Pool, int], sign: int) -> None:
+        pool, count = gpus
+        total = self._totals.get(pool, 0) + sign * count
         if total:
-            self._totals[product] = total
+            self._totals[pool] = total
         else:
-            self._totals.pop(product, None)
+            self._totals.pop(pool, None)
 
-    def excluding(self, owner: tuple[str, str]) -> dict[str, int]:
-        """GPUs per product requested by every Deployment but ``owner``'s."""
+    def excluding(self, owner: tuple[str, str]) -> dict[Pool, int]:
+        """Devices per pool requested by every Deployment but ``owner``'s."""
         used = dict(self._totals)
         own = self._by_owner.get(owner)
         if own is not None:
@@ -142,17 +136,17 @@ class World:
     def registry(self, namespace: str) -> dict[str, ModelSpec]:
         return {name: spec for name, spec in self.models.get(namespace, ()) if spec is not None}
 
-    def gpus_in_use(self, exclude: tuple[str, str]) -> dict[str, int]:
-        """GPUs per product requested by the Deployments of the other InferenceBackends (products at 0 left out)."""
+    def gpus_in_use(self, exclude: tuple[str, str]) -> dict[Pool, int]:
+        """Devices per pool requested by the Deployments of the other InferenceBackends (pools at 0 left out)."""
         if self.ledger is not None:
             return self.ledger.excluding(exclude)
-        used: dict[str, int] = {}
+        used: dict[Pool, int] = {}
         for (namespace, name, kind), child in self.children.items():
             if kind != "Deployment" or (namespace, name) == exclude or child.gpus is None:
                 continue
-            product, gpus = child.gpus
-            used[product] = used.get(product, 0) + gpus
-        return {product: gpus for product, gpus in used.items() if gpus}
+            pool, gpus = child.gpus
+            used[pool] = used.get(pool, 0) + gpus
+        return {pool: gpus for pool, gpus in used.items() if gpus}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import yaml
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer
-from inference_backend.facts import MIG_RESOURCE_PREFIX, tolerates
+from inference_backend.facts import pod_selector, tolerates
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"
@@ -27,7 +27,6 @@ BACKEND_LABEL = f"{GROUP}/backend"
 MANAGED_BY = "inference-backend-operator"
 PART_OF = "inference-backend"
 COMPONENT = "inference-server"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 TERMINATION_GRACE_SECONDS = 60
 """Time for in-flight generations to finish after SIGTERM (the engines stop admitting and drain)."""
 
@@ -82,11 +81,7 @@ def _node_selector(ib: InferenceBackend, decision: Decision) -> dict[str, str]:
     out = dict(sorted(ib.spec.hardware.node_selector.items()))
     p = decision.placement
     if p is not None and p.gpu is not None:
-        for key, value in p.gpu.selector:
-            if key == GPU_PRODUCT_LABEL and p.gpu.resource.startswith(MIG_RESOURCE_PREFIX):
-                # MIG mixed strategy: the node label is the whole GPU's product, and the nvidia.com/mig-<profile>
-                # request already selects nodes with that profile.
-                value = value.split("-MIG-", 1)[0]
+        for key, value in pod_selector(p.gpu):  # MIG mixed strategy: the whole GPU's product (facts/pools.py)
             out.setdefault(key, value)
     return out
 

@@ -26,6 +26,16 @@ from inference_backend.facts.nodes import (
     hardware_class,
     tolerates,
 )
+from inference_backend.facts.pools import (
+    SELECTOR_KEYS,
+    Pool,
+    capacity,
+    is_device_resource,
+    pod_pool,
+    pod_selector,
+    pool_of,
+    reserved,
+)
 
 
 def product_matches(preference: str, gpu: GPUFacts) -> bool:
@@ -40,8 +50,9 @@ def product_matches(preference: str, gpu: GPUFacts) -> bool:
 
 
 __all__ = [
-    "AMD_RESOURCE", "DEVICE_RESOURCES", "GAUDI_RESOURCE", "GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "UNKNOWN_GPU_SPEED",
-    "UNLABELLED_GPU_COMPUTE", "UNLABELLED_GPU_MEMORY_MIB", "VENDOR_TITLES", "ClusterFacts", "GPUFacts",
-    "HardwareClass", "Taint", "class_label", "extended_resource_tolerations", "gpu_speed", "group_nodes",
-    "hardware_class", "product_matches", "tolerates",
+    "AMD_RESOURCE", "DEVICE_RESOURCES", "GAUDI_RESOURCE", "GPU_RESOURCE", "MIG_RESOURCE_PREFIX", "SELECTOR_KEYS",
+    "UNKNOWN_GPU_SPEED", "UNLABELLED_GPU_COMPUTE", "UNLABELLED_GPU_MEMORY_MIB", "VENDOR_TITLES", "ClusterFacts",
+    "GPUFacts", "HardwareClass", "Pool", "Taint", "capacity", "class_label", "extended_resource_tolerations",
+    "gpu_speed", "group_nodes", "hardware_class", "is_device_resource", "pod_pool", "pod_selector", "pool_of",
+    "product_matches", "reserved", "tolerates",
 ]  # fmt: skip

@@ -10,7 +10,7 @@ from functools import partial
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Placement, ResolvedModel
 from inference_backend.engines import card
-from inference_backend.facts import VENDOR_TITLES, GPUFacts, product_matches
+from inference_backend.facts import VENDOR_TITLES, GPUFacts, Pool, pool_of, product_matches
 from inference_backend.memory import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -42,15 +42,15 @@ class Option:
     misses: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=(), compare=False)
 
-    def sort_key(self, preferences: list[str], busy: frozenset[tuple[str, int]] = frozenset()) -> tuple[object, ...]:
-        """``busy``: (GPU product, GPUs per replica) without enough free GPUs for this spec's replicas."""
+    def sort_key(self, preferences: list[str], busy: frozenset[tuple[Pool, int]] = frozenset()) -> tuple[object, ...]:
+        """``busy``: (GPU pool, GPUs per replica) without enough free devices for this spec's replicas."""
         p = self.placement
         if p.gpu is None:
             return (0, len(self.misses), not self.speculate, -p.hardware.cpu_millis, -p.hardware.memory_bytes,
                     p.hardware)  # fmt: skip
         gpu = p.gpu
         pref = next((i for i, name in enumerate(preferences) if product_matches(name, gpu)), len(preferences))
-        full = (p.gpu.product, p.gpus_per_replica) in busy
+        full = (pool_of(p.gpu), p.gpus_per_replica) in busy
         return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, p.gpus_per_replica,
                 p.gpu.memory_mib, -p.gpu.speed, p.gpu.product, p.hardware)  # fmt: skip
 

@@ -32,7 +32,7 @@ from inference_backend.decision import (
 )
 from inference_backend.engines import NAMES as ENGINES
 from inference_backend.engines import EngineCard, card, check_spec
-from inference_backend.facts import VENDOR_TITLES, ClusterFacts
+from inference_backend.facts import VENDOR_TITLES, ClusterFacts, Pool, capacity, pool_of, reserved
 from inference_backend.quantity import gib
 from inference_backend.selection.hardware import UsableClass, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
@@ -84,13 +84,13 @@ def select(
     cluster: ClusterFacts,
     registry: Mapping[str, ModelSpec],
     keep: Current | None = None,
-    gpus_in_use: Mapping[str, int] | None = None,
+    gpus_in_use: Mapping[Pool, int] | None = None,
 ) -> Decision:
     """Run the decision tree. Raises InvalidSpec (naming the field) when the spec itself must change.
 
     ``keep`` is the placement serving now (the operator passes it when the spec has not changed): if it still fits,
     it is kept even when a better one has appeared, so adding nodes never moves a healthy backend.
-    ``gpus_in_use`` counts the GPUs of each product already requested by other InferenceBackends, so backends spread
+    ``gpus_in_use`` counts the devices of each pool (facts/pools.py) other InferenceBackends hold, so backends spread
     over the GPUs there are instead of all queueing for the cheapest kind.
     """
     check_spec(spec)
@@ -156,7 +156,7 @@ def select(
     kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
     # Free capacity only steers new placements: a placement that is kept does not depend on what others use, so
     # its decision (and status) stays the same while the cluster fills up.
-    busy = frozenset() if kept else _busy_products(gpu_classes, gpus_in_use or {}, all_options, spec.replicas)
+    busy = frozenset() if kept else _busy_pools(gpu_classes, gpus_in_use or {}, all_options, spec.replicas)
     for engine, opts in all_options.items():
         best[engine] = sorted(opts, key=lambda o: o.sort_key(prefs, busy))[0]
     if not best:
@@ -179,10 +179,12 @@ def select(
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
     reasons.append(f"ranked by (objectives missed, features lacking, registry order): {', '.join(order)}")
     gpu = best[winner].placement.gpu
-    if kept is None and gpu is not None and (gpu.product, best[winner].placement.gpus_per_replica) in busy:
-        used = (gpus_in_use or {}).get(gpu.product, 0)
-        reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) ({used} requested by other "
-                       "InferenceBackends): pods wait until some free up")  # fmt: skip
+    if kept is None and gpu is not None and (pool_of(gpu), best[winner].placement.gpus_per_replica) in busy:
+        classes = [(u.hardware, u.nodes) for u in gpu_classes]
+        used = reserved(pool_of(gpu), gpus_in_use or {}, classes)
+        where = ", ".join(f"{k}={v}" for k, v in pool_of(gpu)[1]) or "any node"
+        reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) on the nodes it selects "
+                       f"({where}; {used} held by other InferenceBackends): pods wait until some free up")  # fmt: skip
     return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected)
 
 
@@ -203,19 +205,20 @@ def _unserved_devices(gpu_classes: list[UsableClass], candidates: list[str]) -> 
     return out
 
 
-def _busy_products(gpu_classes: list[UsableClass], in_use: Mapping[str, int], options: dict[str, list[Option]],
-                   replicas: int) -> frozenset[tuple[str, int]]:  # fmt: skip
-    """(GPU product, width) pairs whose free GPUs (allocatable minus requested by others) cannot hold this spec."""
-    total: dict[str, int] = {}
-    for usable in gpu_classes:
-        for gpu in usable.hardware.gpus:
-            total[gpu.product] = total.get(gpu.product, 0) + gpu.count * usable.nodes
+def _busy_pools(gpu_classes: list[UsableClass], in_use: Mapping[Pool, int], options: dict[str, list[Option]],
+                replicas: int) -> frozenset[tuple[Pool, int]]:  # fmt: skip
+    """(GPU pool, width) pairs whose free devices (allocatable on the nodes the pool selects, minus what other
+    backends hold in overlapping pools) cannot hold this spec (facts/pools.py)."""
+    classes = [(u.hardware, u.nodes) for u in gpu_classes]
     busy = set()
     for opts in options.values():
         for o in opts:
             g, width = o.placement.gpu, o.placement.gpus_per_replica
-            if g is not None and total.get(g.product, 0) - in_use.get(g.product, 0) < width * max(replicas, 1):
-                busy.add((g.product, width))
+            if g is None:
+                continue
+            pool = pool_of(g)
+            if capacity(pool, classes) - reserved(pool, in_use, classes) < width * max(replicas, 1):
+                busy.add((pool, width))
     return frozenset(busy)
 
 
