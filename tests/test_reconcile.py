@@ -130,13 +130,13 @@ def test_no_plan_is_kept_without_versions() -> None:
     assert recent.plans == {}
 
 
-
 def pool(product: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return ("nvidia.com/gpu", (("nvidia.com/gpu.product", product),))
 
 
 def test_child_gpus_read_the_pool_from_any_identifying_label_and_device_resource() -> None:
     """A Deployment placed by instance type (no GFD label) or on AMD still counts: what it holds is its pool."""
+
     def dep(selector: dict[str, str], limits: dict[str, str], replicas: int = 1) -> Child:
         pod = {"nodeSelector": selector, "containers": [{"resources": {"limits": limits}}]}
         return Child("h", {"spec": {"replicas": replicas, "template": {"spec": pod}}})
