@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.facts import pool_of
-from inference_backend.selection import InvalidSpec, select
+from inference_backend.selection import Current, InvalidSpec, select
 
 H100x8 = [node("h100-a", "h100", 8, cpu="192", memory="1900Gi")]
 L4x1 = [node("l4-a", "l4", 1), node("l4-b", "l4", 1)]
@@ -227,7 +227,6 @@ def test_invalid_spec_names_the_field(model: dict[str, Any], field: str) -> None
 
 
 def test_adding_nodes_does_not_move_a_healthy_backend() -> None:
-    from inference_backend.selection import Current
 
     s = spec(model={"modelRef": "llama-3-1-8b"}, hardware={"gpuProducts": ["NVIDIA-H100-80GB-HBM3"]})
     first = select(s, cluster(*L4x1), MODELS)
@@ -244,7 +243,6 @@ def test_adding_nodes_does_not_move_a_healthy_backend() -> None:
 
 
 def test_invalid_placement_selects_again() -> None:
-    from inference_backend.selection import Current
 
     s = spec(model={"modelRef": "llama-3-1-8b"})
     gone = Current("vllm", "gpu", "NVIDIA-A10G", 1)
@@ -284,3 +282,22 @@ def test_one_product_in_two_pools_counts_capacity_per_pool() -> None:
     assert not any("no free" in r for r in second.reasons)
     full = select(s, nodes, MODELS, gpus_in_use={pool_of(first.placement.gpu): 1, pool_of(second.placement.gpu): 1})
     assert any("no free" in r and "pods wait" in r for r in full.reasons)
+
+
+def test_kept_placement_stays_in_its_pool() -> None:
+    """Re-selecting a backend already placed on the second pool of a product keeps that pool: a product match alone
+    would send it to the pool that sorts first, rolling its pods onto nodes another backend fills."""
+    s = spec(model={"modelRef": "qwen-0-5b"})
+    gfd = node("a10g-gfd", "a10g", 1)
+    bare = node("a10g-bare", "a10g", 1, gfd=False, labels={"node.kubernetes.io/instance-type": "g5.2xlarge"})
+    nodes = cluster(gfd, bare)
+    first = select(s, nodes, MODELS)
+    assert first.placement is not None and first.placement.gpu is not None and first.backend is not None
+    second = select(s, nodes, MODELS, gpus_in_use={pool_of(first.placement.gpu): 1})
+    assert second.placement is not None and second.placement.gpu is not None and second.backend is not None
+    placed = second.to_status().placement
+    assert placed is not None and placed.node_selector
+    keep = Current(second.backend, "gpu", second.placement.gpu.product, 1, tuple(sorted(placed.node_selector.items())))
+    again = select(s, nodes, MODELS, keep=keep)
+    assert again.placement is not None and again.placement.gpu is not None
+    assert pool_of(again.placement.gpu) == pool_of(second.placement.gpu)

@@ -7,7 +7,7 @@ from typing import Any
 
 from inference_backend.api import inferencebackend as api
 from inference_backend.api.model import Tokenizer
-from inference_backend.facts import GPUFacts, HardwareClass
+from inference_backend.facts import GPUFacts, HardwareClass, pod_selector
 from inference_backend.quantity import gib
 
 
@@ -67,6 +67,8 @@ class Current:
     accelerator: str
     gpu_product: str | None
     gpus_per_replica: int
+    gpu_selector: tuple[tuple[str, str], ...] | None = None
+    """The identifying node labels the pods select (None in statuses written before it was recorded)."""
 
     def describe(self) -> str:
         return f"{self.gpus_per_replica}x {self.gpu_product}" if self.gpu_product else "CPU"
@@ -166,6 +168,7 @@ class Decision:
                 gpus_per_replica=p.gpus_per_replica,
                 tensor_parallel_size=p.tensor_parallel_size,
                 gpu_resource=p.gpu.resource if p.gpu else None,
+                node_selector=dict(pod_selector(p.gpu)) if p.gpu and p.gpu.selector else None,
             )
         return api.Decision(
             reasons=list(self.reasons),

@@ -204,8 +204,10 @@ def _current(st: Mapping[str, Any], generation: int) -> Current | None:
     placement = (st.get("decision") or {}).get("placement")
     if not st.get("backend") or not placement or st.get("observedGeneration") != generation:
         return None
+    selector = placement.get("nodeSelector")
+    pool = tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(selector, dict) else None
     return Current(st["backend"], placement.get("accelerator") or "cpu", placement.get("gpuProduct"),
-                   int(placement.get("gpusPerReplica") or 0))  # fmt: skip
+                   int(placement.get("gpusPerReplica") or 0), pool)  # fmt: skip
 
 
 def _user_status(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -228,6 +228,9 @@ class Placement(ApiModel):
     """Tensor-parallel degree (equals gpusPerReplica; 0 on CPU)."""
     gpu_resource: str | None = None
     """Extended resource requested: nvidia.com/gpu, or nvidia.com/mig-<profile> for MIG slices."""
+    node_selector: dict[str, str] | None = None
+    """The node label identifying the GPU that the pods select (GFD's product, GKE's accelerator, Karpenter's GPU
+    name, AMD's product name or the instance type): with gpuResource, the pool whose capacity is counted."""
 
 
 class MemoryReport(ApiModel):

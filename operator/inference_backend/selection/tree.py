@@ -32,7 +32,7 @@ from inference_backend.decision import (
 )
 from inference_backend.engines import NAMES as ENGINES
 from inference_backend.engines import EngineCard, card, check_spec
-from inference_backend.facts import VENDOR_TITLES, ClusterFacts, Pool, capacity, pool_of, reserved
+from inference_backend.facts import VENDOR_TITLES, ClusterFacts, Pool, capacity, pod_selector, pool_of, reserved
 from inference_backend.quantity import gib
 from inference_backend.selection.hardware import UsableClass, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
@@ -226,7 +226,11 @@ def _still_valid(keep: Current, options: list[Option], prefs: list[str]) -> Opti
     for option in sorted(options, key=lambda o: o.sort_key(prefs)):
         p = option.placement
         product = p.gpu.product if p.gpu else None
-        if (p.accelerator, product, p.gpus_per_replica) == (keep.accelerator, keep.gpu_product, keep.gpus_per_replica):
+        if (p.accelerator, product, p.gpus_per_replica) != (keep.accelerator, keep.gpu_product, keep.gpus_per_replica):
+            continue
+        # The same product can be two pools (GFD-labelled nodes and nodes known by instance type): keep the pool
+        # the pods are on, never the first one that sorts.
+        if keep.gpu_selector is None or p.gpu is None or tuple(sorted(pod_selector(p.gpu))) == keep.gpu_selector:
             return option
     return None
 
