@@ -89,6 +89,11 @@ class Objectives(ApiModel):
     """Target aggregate output tokens per second per replica."""
     concurrency: int | None = Field(default=None, ge=1)
     """Expected concurrent requests per replica."""
+    prompt_tokens: int | None = Field(default=None, ge=1)
+    """Typical prompt length per request, in tokens (default 512): with outputTokens, the KV cache one request
+    holds, which sizes concurrency (the engines allocate KV pages on demand, not a full context per request)."""
+    output_tokens: int | None = Field(default=None, ge=1)
+    """Typical output length per request, in tokens (default 256)."""
 
 
 class Hardware(ApiModel):
@@ -228,6 +233,13 @@ class Placement(ApiModel):
     """Tensor-parallel degree (equals gpusPerReplica; 0 on CPU)."""
     gpu_resource: str | None = None
     """Extended resource requested: nvidia.com/gpu, or nvidia.com/mig-<profile> for MIG slices."""
+    nodes: int | None = None
+    """Nodes one replica spans (1 for a single-node placement; more when the model is larger than any one node,
+    which is reported, not yet rendered)."""
+    gpus_per_node: int | None = None
+    """GPUs of one replica on each of its nodes."""
+    pipeline_parallel_size: int | None = None
+    """Pipeline-parallel degree (stages across nodes; 1 on one node)."""
 
 
 class MemoryReport(ApiModel):
