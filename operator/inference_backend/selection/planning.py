@@ -49,7 +49,7 @@ def tokens_per_sequence(spec: InferenceBackendSpec, context: int) -> tuple[int, 
     tokens = min(context, math.ceil((prompt + output) / block) * block)
     how = f"promptTokens {prompt} + outputTokens {output}"
     if defaults:
-        how += f" ({' and '.join(defaults)} by default)"
+        how += ", both defaults" if len(defaults) == 2 else f", {defaults[0]} by default"
     if tokens < prompt + output:
         how += f", capped to the context {context}"
     return tokens, how
