@@ -62,12 +62,37 @@ def test_quantized_weights(quant: str, expected_gb: float) -> None:
     assert close(weight_bytes(6_738_000_000, None, quant), expected_gb * GB, rel=0.06)
 
 
-def test_tensor_parallel_options_are_powers_of_two_dividing_the_count() -> None:
-    assert tensor_parallel_options(8, False) == [1, 2, 4, 8]
-    assert tensor_parallel_options(6, False) == [1, 2]
-    assert tensor_parallel_options(3, False) == [1]
-    assert tensor_parallel_options(7, True) == [1]
-    assert tensor_parallel_options(0, False) == []
+@pytest.mark.parametrize(
+    ("count", "mig", "heads", "kv", "layer_split", "widths"),
+    [
+        (8, False, 0, 0, False, [1, 2, 4, 8]),
+        (7, False, 0, 0, False, [1, 2, 4]),  # 7 allocatable (one unhealthy): TP=4 still fits, 8 does not
+        (6, False, 0, 0, False, [1, 2, 4]),
+        (3, False, 0, 0, False, [1, 2]),
+        (7, True, 0, 0, False, [1]),  # MIG slices: no tensor parallelism across slices
+        (0, False, 0, 0, False, []),
+        (8, False, 28, 4, False, [1, 2, 4]),  # Qwen2.5-7B: 28 % 8 = 4, so TP=8 is refused
+        (8, False, 40, 10, False, [1, 2]),  # Phi-3-medium: 10 KV heads: 10 % 4 and 4 % 10 are both non-zero
+        (8, False, 64, 8, False, [1, 2, 4, 8]),  # Llama-3.1-70B
+        (16, False, 14, 2, False, [1, 2]),  # Qwen2.5-0.5B: 14 heads
+        (8, False, 28, 4, True, [1, 2, 4, 8]),  # llama.cpp splits layers: no head constraint
+    ],
+    ids=lambda v: str(v),
+)
+def test_tensor_parallel_widths_fit_the_node_and_divide_the_heads(
+    count: int, mig: bool, heads: int, kv: int, layer_split: bool, widths: list[int]
+) -> None:
+    got, why = tensor_parallel_options(count, mig, heads, kv, layer_split)
+    assert got == widths
+    assert len(why) == len([w for w in (1, 2, 4, 8, 16, 32) if w <= count]) - len(got) if not mig else not why
+
+
+def test_kv_heads_are_replicated_beyond_tp_8_kv_heads_x_tp_16_is_16() -> None:
+    from inference_backend.memory import kv_heads_per_replica
+
+    assert kv_heads_per_replica(8, 4) == 8
+    assert kv_heads_per_replica(8, 16) == 16
+    assert kv_heads_per_replica(4, 8) == 8
 
 
 def test_fit_boundary_is_inclusive() -> None:

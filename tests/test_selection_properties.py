@@ -162,3 +162,60 @@ def test_label_noise_and_node_order_never_change_the_decision(
     noisy = _with_labels(nodes, [noise] * len(nodes))
     rnd.shuffle(noisy)
     assert select(s, cluster(*nodes), MODELS).to_json() == select(s, cluster(*noisy), MODELS).to_json()
+
+
+# ---- capacity planning invariants ---------------------------------------------------------------------------
+
+plan_nodes_st = st.lists(
+    st.builds(
+        lambda i, gpu, count, cpu, mem: node(f"p{i}", gpu, count, cpu=str(cpu), memory=f"{mem}Gi"),
+        st.integers(0, 10_000), gpu_kinds, st.integers(1, 8), st.sampled_from([2, 4, 8, 16, 96, 192]),
+        st.sampled_from([4, 16, 32, 64, 256, 1900]),
+    ),
+    min_size=1, max_size=6, unique_by=lambda n: n["metadata"]["name"],
+)  # fmt: skip
+PLAN_MODELS = dict(MODELS) | {
+    "qwen2-5-7b": MODELS["qwen-0-5b"].model_copy(update={"uri": "hf://Qwen/Qwen2.5-7B-Instruct", "parameters": "7.6B",
+                                                          "context_length": 32768}),
+}  # fmt: skip
+plan_spec_st = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from([{"modelRef": "llama-3-1-8b"}, {"modelRef": "llama-3-1-70b"},
+                                  {"modelRef": "qwen2-5-7b"}, {"modelRef": "llama-3-2-3b-gguf"}]),
+        "objectives": st.fixed_dictionaries({}, optional={
+            "concurrency": st.integers(1, 4000), "promptTokens": st.integers(1, 32768),
+            "outputTokens": st.integers(1, 8192), "tokensPerSecond": st.integers(1, 50_000)}),
+        "replicas": st.integers(1, 4),
+        "hardware": st.fixed_dictionaries({"accelerator": st.sampled_from(["auto", "gpu", "cpu"])}),
+    }
+)  # fmt: skip
+
+
+@SETTINGS
+@given(plan_spec_st, plan_nodes_st)
+def test_plan_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+    """Whatever the load and the nodes: TP divides the attention heads (and divides or is a multiple of the KV
+    heads) unless the engine splits layers, fits one node's allocatable GPUs; host requests fit the node's
+    allocatable; the replicas hold the load; CPU placements under auto never use GPU nodes; a model reported as
+    multi-node is never placed."""
+    d = select(spec(**raw), cluster(*nodes), PLAN_MODELS)
+    if d.multi_node is not None:
+        assert d.backend is None and d.multi_node.nodes >= 2
+    if d.backend is None or d.placement is None:
+        return
+    p, m, host, plan = d.placement, d.model, d.host, d.plan
+    assert m is not None and host is not None and plan is not None
+    assert host.cpu_millis <= p.hardware.cpu_millis and host.memory_bytes <= p.hardware.memory_bytes
+    if p.gpu is not None:
+        tp = p.tensor_parallel_size
+        assert tp <= p.gpu.count
+        if not card(d.backend).layer_split and m.attention_heads:
+            assert m.attention_heads % tp == 0, (m.attention_heads, tp)
+            assert m.kv_heads % tp == 0 or tp % m.kv_heads == 0
+    elif raw["hardware"]["accelerator"] == "auto":
+        assert not p.hardware.has_gpu, "CPU placements under accelerator auto stay off GPU nodes"
+    assert plan.replicas >= raw["replicas"]
+    concurrency = raw["objectives"].get("concurrency")
+    if concurrency is not None:
+        assert plan.sequences * plan.replicas >= concurrency * raw["replicas"]
+    assert plan.tokens_per_sequence <= m.context_length

@@ -100,30 +100,45 @@ CASES = [
          "vllm", "gpu", "NVIDIA-A100-SXM4-40GB-MIG-3g.40gb", 1),
     # --- memory fit and tensor parallelism
     Case("70b-needs-tp4", m(model=m(modelRef="llama-3-1-70b")), H100x8, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 4),
-    Case("70b-fits-nowhere", m(model=m(modelRef="llama-3-1-70b")), L4x1 + CPU, None,
-         reason="no engine has a placement that fits"),
+    # 70B bf16 = 131.5 GiB of weights: no single-GPU L4 node holds it, so the decision names the nodes it would
+    # take (152.6 GiB / 20.2 GiB per L4 node -> 8 nodes) and never falls back to CPU.
+    Case("70b-on-1xl4-nodes-needs-8-nodes-of-20.2GiB-not-cpu", m(model=m(modelRef="llama-3-1-70b")), L4x1 + CPU, None,
+         reason="it needs 8 nodes x 1x NVIDIA-L4 (tensor parallel 1 in each node, pipeline parallel 8"),
     Case("70b-tp2-with-fraction-1", m(model=m(modelRef="llama-3-1-70b"), kvCache=m(memoryFraction=1.0)), H100x8,
          "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 2),
     Case("cpu-too-small", m(model=m(modelRef="llama-3-1-8b")), SMALL_CPU, None,
          rejected={"pytorch": "does not fit: needs"}),
-    Case("context-drives-fit-cpu-fallback-on-gpu-nodes", m(model=m(modelRef="llama-3-1-8b", contextLength=131072)),
-         L4x1, "pytorch", "cpu", reason="no CPU-only node: CPU placements considered on GPU nodes",
+    # 8B at 131072 context: 15 GiB weights + 16 GiB for one full-context sequence > 20.2 GiB of one L4: two L4
+    # nodes would hold it; GPU nodes are not used for CPU placements under accelerator auto.
+    Case("context-131072-8b-needs-33.2GiB-on-l4-only-2-nodes-not-cpu",
+         m(model=m(modelRef="llama-3-1-8b", contextLength=131072)), L4x1, None,
+         reason="it needs 2 nodes x 1x NVIDIA-L4",
          rejected={"vllm": "does not fit: needs 33.2 GiB per replica; 1x NVIDIA-L4 offers 20.2 GiB"}),
-    Case("concurrency-prefers-bigger-tp", m(model=m(modelRef="llama-3-1-70b"), objectives=m(concurrency=60)), H100x8,
-         "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 8),
+    Case("cpu-on-gpu-only-nodes-when-accelerator-cpu", m(model=m(modelRef="qwen-0-5b"), hardware=m(accelerator="cpu")),
+         L4x1, "pytorch", "cpu", reason="no CPU-only node: CPU placements considered on GPU nodes"),
+    # TP=2 does not fit (131.5 GiB weights + 9.6 overhead + 2.5 for one 8192-token sequence > 143.4 GiB); TP=4
+    # leaves 142.7 GiB of KV = 608 requests of 768 tokens x 320 KiB (>= 60): 4 GPUs, not the 8 of full contexts.
+    Case("concurrency-60-70b-768-token-requests-tp4-holds-608-fewest-gpus", m(model=m(modelRef="llama-3-1-70b"),
+         objectives=m(concurrency=60)), H100x8, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 4,
+         reason="one replica holds 608 requests of 768 tokens"),
     # --- objectives
     Case("throughput-objective-prefers-vllm", m(model=m(modelRef="llama-3-1-8b"), objectives=m(tokensPerSecond=1000)),
-         MIXED, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 1, rejected={"pytorch": "tokens/s < tokensPerSecond 1000"}),
+         MIXED, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 1,
+         rejected={"pytorch": "tokensPerSecond 1000 x 1 replica(s) / 158 per replica = 7"}),
     Case("ttft-objective-moves-to-faster-gpu", m(model=m(modelRef="llama-3-1-8b"), objectives=m(ttftMillis=100)),
          MIXED, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 1),
     Case("objective-unmet-still-serves", m(model=m(modelRef="qwen-0-5b"), objectives=m(ttftMillis=1)), CPU, "pytorch",
          "cpu", reason="objective not met: estimated TTFT"),
     # --- batching
     Case("batching-auto-continuous", m(model=m(modelRef="llama-3-1-8b")), MIXED, "vllm", batching="continuous"),
-    Case("batching-dynamic-prefers-pytorch", m(model=m(modelRef="llama-3-1-8b"), batching=m(strategy="dynamic")),
-         MIXED, "pytorch", batching="dynamic", rejected={"vllm": "lacks batching.strategy dynamic"}),
-    Case("batching-static-reported", m(backend="vllm", model=m(modelRef="llama-3-1-8b"), batching=m(strategy="static")),
-         MIXED, "vllm", batching="continuous", unsupported="vllm has no static batching"),
+    # continuous batching subsumes dynamic and static: the faster engine stays, with a reason
+    Case("batching-dynamic-maps-to-continuous-on-vllm", m(model=m(modelRef="llama-3-1-8b"),
+                                                          batching=m(strategy="dynamic")),
+         MIXED, "vllm", batching="continuous", reason="batching: continuous (dynamic requested",
+         unsupported="batching.strategy dynamic: mapped to vllm's continuous batching"),
+    Case("batching-static-maps-to-continuous-on-tgi", m(backend="tgi", model=m(modelRef="llama-3-1-8b"),
+                                                        batching=m(strategy="static")),
+         MIXED, "tgi", batching="continuous", unsupported="batching.strategy static: mapped to tgi's continuous"),
     Case("onnx-dynamic-default", m(model=m(uri="s3://b/m.onnx", parameters="1B")), CPU, "onnxruntime",
          batching="dynamic"),
     Case("maxwait-ignored-continuous", m(model=m(modelRef="llama-3-1-8b"), batching=m(maxWaitMillis=5)), MIXED, "vllm",

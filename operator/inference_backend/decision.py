@@ -34,6 +34,8 @@ class ResolvedModel:
     kv_heads: int
     head_dim: int
     shape_source: str
+    attention_heads: int = 0
+    """Query heads (0 when unknown: no divisibility check)."""
     architecture: str | None = None
     served_name: str | None = None
     credentials_secret: str | None = None
@@ -93,6 +95,59 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Host:
+    """Host CPU and memory one replica's pod requests, sized to fit the chosen nodes' allocatable."""
+
+    cpu_millis: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Capacity planning of the chosen placement: what one replica holds and how many the objectives need."""
+
+    tokens_per_sequence: int
+    """KV tokens of one typical request (promptTokens + outputTokens, at most the context length)."""
+    sequences: int
+    """Typical requests the KV cache of one replica holds at once."""
+    replicas: int
+    """Replicas the load objectives (concurrency, tokensPerSecond) need at this width (at least spec.replicas)."""
+    slots: int = 0
+    """Engines with fixed slots (llama.cpp -np): the slots each replica runs, each with a full context."""
+
+
+@dataclass(frozen=True)
+class MultiNode:
+    """A model larger than any one node: the smallest multi-node layout that would hold it (reported, not rendered;
+    the multi-node renderer turns it into a LeaderWorkerSet)."""
+
+    engine: str
+    gpu: GPUFacts
+    gpus_per_node: int
+    """Tensor-parallel width inside each node."""
+    nodes: int
+    """Nodes per replica (the pipeline-parallel degree)."""
+    required: float
+    """Bytes one replica needs (weights + overhead + one full-context sequence)."""
+    per_node: float
+    """Bytes one node offers at memoryFraction."""
+    available_nodes: int
+    """Usable nodes of this GPU kind in the cluster."""
+
+    def describe(self) -> str:
+        return (f"{self.nodes} nodes x {self.gpus_per_node}x {self.gpu.product} (tensor parallel "
+                f"{self.gpus_per_node} in each node, pipeline parallel {self.nodes} across nodes)")  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.engine, "gpuProduct": self.gpu.product, "nodes": self.nodes,
+            "gpusPerNode": self.gpus_per_node, "tensorParallelSize": self.gpus_per_node,
+            "pipelineParallelSize": self.nodes, "requiredGiB": gib(self.required), "perNodeGiB": gib(self.per_node),
+            "availableNodes": self.available_nodes,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Memory:
     weights: float
     kv_cache: float
@@ -130,6 +185,11 @@ class Decision:
     serving_dtype: str | None = None
     kv_cache_dtype: str = "auto"
     estimate: dict[str, float] = field(default_factory=dict)
+    plan: Plan | None = None
+    host: Host | None = None
+    avoid_labels: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """Node-affinity expressions (key, operator, values) keeping a CPU placement off GPU nodes."""
+    multi_node: MultiNode | None = None
 
     @property
     def satisfiable(self) -> bool:
@@ -156,6 +216,13 @@ class Decision:
             out["memory"] = self.memory.to_api().wire()
         if self.estimate:
             out["estimate"] = dict(self.estimate)
+        if self.plan is not None:
+            out["plan"] = {"tokensPerSequence": self.plan.tokens_per_sequence, "sequencesPerReplica":
+                           self.plan.sequences, "replicasNeeded": self.plan.replicas}  # fmt: skip
+            if self.plan.slots:
+                out["plan"]["slots"] = self.plan.slots
+        if self.multi_node is not None:
+            out["multiNode"] = self.multi_node.to_json()
         return out
 
     def to_status(self) -> api.Decision:
@@ -169,7 +236,17 @@ class Decision:
                 tensor_parallel_size=p.tensor_parallel_size,
                 gpu_resource=p.gpu.resource if p.gpu else None,
                 node_selector=dict(pod_selector(p.gpu)) if p.gpu and p.gpu.selector else None,
+                nodes=1 if p.gpu else None,
+                gpus_per_node=p.gpus_per_replica if p.gpu else None,
+                pipeline_parallel_size=1 if p.gpu else None,
             )
+        elif self.multi_node is not None:
+            mn = self.multi_node
+            placement = api.Placement(
+                accelerator="gpu", gpu_product=mn.gpu.product, gpus_per_replica=mn.gpus_per_node * mn.nodes,
+                tensor_parallel_size=mn.gpus_per_node, gpu_resource=mn.gpu.resource, nodes=mn.nodes,
+                gpus_per_node=mn.gpus_per_node, pipeline_parallel_size=mn.nodes,
+            )  # fmt: skip
         return api.Decision(
             reasons=list(self.reasons),
             rejected=[api.Rejection.model_validate({"backend": b, "reason": r}) for b, r in self.rejected],

@@ -11,10 +11,16 @@ Arithmetic (all documented in docs/selection.md):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from inference_backend.architectures import ARCH_TABLE, ArchShape, nearest_shape
 from inference_backend.quantity import GIB
+
+__all__ = [
+    "ARCH_TABLE", "CPU_OVERHEAD_BYTES", "DTYPE_BYTES", "GPU_OVERHEAD_BYTES", "KV_DTYPE_BYTES", "QUANT_BYTES",
+    "TP_WIDTHS", "ArchShape", "Fit", "cpu_fit", "gpu_fit", "kv_bytes_per_token", "kv_heads_per_replica",
+    "nearest_shape", "tensor_parallel_options", "weight_bytes",
+]  # fmt: skip
 
 # Bytes per parameter of each weight dtype.
 DTYPE_BYTES: dict[str, float] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -36,40 +42,6 @@ KV_DTYPE_BYTES: dict[str, float] = {
 GPU_OVERHEAD_BYTES = int(1.5 * GIB)
 GPU_OVERHEAD_WEIGHT_SHARE = 0.05
 CPU_OVERHEAD_BYTES = int(0.5 * GIB)
-
-
-@dataclass(frozen=True)
-class ArchShape:
-    """Attention shape of a known architecture, for KV sizing when a Model gives none."""
-
-    name: str
-    parameters: int
-    layers: int
-    kv_heads: int
-    head_dim: int
-    context: int
-
-
-# Built-in shapes of common open models (their config.json), used when the Model lacks layers/kvHeads/headDim:
-# the entry nearest in parameter count (by ratio) stands in, and the reasons say which one.
-ARCH_TABLE: tuple[ArchShape, ...] = (
-    ArchShape("Qwen2.5-0.5B", 494_000_000, 24, 2, 64, 32768),
-    ArchShape("Llama-3.2-1B", 1_236_000_000, 16, 8, 64, 131072),
-    ArchShape("Qwen2.5-1.5B", 1_544_000_000, 28, 2, 128, 32768),
-    ArchShape("Llama-3.2-3B", 3_213_000_000, 28, 8, 128, 131072),
-    ArchShape("Llama-2-7B", 6_738_000_000, 32, 32, 128, 4096),
-    ArchShape("Llama-3.1-8B", 8_030_000_000, 32, 8, 128, 131072),
-    ArchShape("Llama-2-13B", 13_016_000_000, 40, 40, 128, 4096),
-    ArchShape("Qwen2.5-14B", 14_770_000_000, 48, 8, 128, 32768),
-    ArchShape("Qwen2.5-32B", 32_764_000_000, 64, 8, 128, 32768),
-    ArchShape("Llama-3.1-70B", 70_554_000_000, 80, 8, 128, 131072),
-    ArchShape("Llama-3.1-405B", 405_853_000_000, 126, 8, 128, 131072),
-)
-
-
-def nearest_shape(parameters: int) -> ArchShape:
-    """The built-in shape nearest by parameter ratio; ties go to the smaller model (first in the table)."""
-    return min(ARCH_TABLE, key=lambda s: abs(math.log(parameters / s.parameters)))
 
 
 def weight_bytes(parameters: int, dtype: str | None, quantization: str | None) -> float:
@@ -114,10 +86,38 @@ def cpu_fit(weights: float, min_kv: float, node_memory: float, fraction: float) 
     return Fit(weights + overhead + min_kv <= available, 0, weights, overhead, min_kv, available)
 
 
-def tensor_parallel_options(gpu_count: int, mig: bool) -> list[int]:
-    """Powers of two that divide the node's GPU count (one node per replica); 1 only on MIG slices."""
+TP_WIDTHS = (1, 2, 4, 8, 16, 32)
+
+
+def tensor_parallel_options(gpu_count: int, mig: bool, attention_heads: int = 0, kv_heads: int = 0,
+                            layer_split: bool = False) -> tuple[list[int], list[str]]:  # fmt: skip
+    """The tensor-parallel widths one replica can take on one node, and why the others cannot.
+
+    A width is a power of two up to the node's allocatable GPUs (not a divisor of the count: a node with 7
+    allocatable GPUs, one unhealthy, still runs TP=4). Tensor parallelism splits the attention heads, so the width
+    must divide the query heads and either divide the KV heads or be a multiple of them (the KV heads are then
+    replicated): vLLM's ModelConfig.verify_with_parallel_config ("Total number of attention heads must be divisible
+    by tensor parallel size") and QKVParallelLinear (``divide(total_num_kv_heads, tp_size)`` or
+    ``divide(tp_size, total_num_kv_heads)``); TGI and SGLang shard the same way. An engine that splits a replica
+    by layers (llama.cpp ``--split-mode layer``) has no head constraint. MIG slices: 1 (no NCCL across slices).
+    """
     if gpu_count <= 0:
-        return []
+        return [], []
     if mig:
-        return [1]
-    return [tp for tp in (1, 2, 4, 8, 16, 32) if tp <= gpu_count and gpu_count % tp == 0]
+        return [1], []
+    widths: list[int] = []
+    why: list[str] = []
+    for tp in (w for w in TP_WIDTHS if w <= gpu_count):
+        if not layer_split and attention_heads and attention_heads % tp:
+            why.append(f"TP={tp} does not divide the {attention_heads} attention heads")
+        elif not layer_split and kv_heads and kv_heads % tp and tp % kv_heads:
+            why.append(f"TP={tp} neither divides nor is a multiple of the {kv_heads} KV heads")
+        else:
+            widths.append(tp)
+    return widths, why
+
+
+def kv_heads_per_replica(kv_heads: int, tp: int) -> int:
+    """KV heads stored across one replica: each GPU keeps kv_heads / tp, or one replicated head when tp > kv_heads
+    (so TP beyond the KV heads stops adding KV capacity)."""
+    return max(kv_heads, tp) if tp > 0 else kv_heads

@@ -86,6 +86,20 @@ def _node_selector(ib: InferenceBackend, decision: Decision) -> dict[str, str]:
     return out
 
 
+def _affinity(decision: Decision) -> Json:
+    """Required node affinity keeping a CPU placement off GPU nodes (selection/hardware.py gpu_node_exclusion)."""
+    if not decision.avoid_labels:
+        return {}
+    exprs: list[Json] = []
+    for key, op, values in decision.avoid_labels:
+        e: Json = {"key": key, "operator": op}
+        if values:
+            e["values"] = list(values)
+        exprs.append(e)
+    terms = [{"matchExpressions": exprs}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
 def _tolerations(ib: InferenceBackend, decision: Decision) -> list[Json]:
     """spec.hardware.tolerations, plus the toleration the ExtendedResourceToleration admission plugin adds for
     the accelerator resource when the chosen nodes carry a taint keyed on it (GKE's nvidia.com/gpu=present), so the
@@ -127,6 +141,9 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     node_selector = _node_selector(ib, decision)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
+    affinity = _affinity(decision)
+    if affinity:
+        pod_spec["affinity"] = affinity
     tolerations = _tolerations(ib, decision)
     if tolerations:
         pod_spec["tolerations"] = tolerations

@@ -89,6 +89,11 @@ class Objectives(ApiModel):
     """Target aggregate output tokens per second per replica."""
     concurrency: int | None = Field(default=None, ge=1)
     """Expected concurrent requests per replica."""
+    prompt_tokens: int | None = Field(default=None, ge=1)
+    """Typical prompt length per request, in tokens (default 512): with outputTokens, the KV cache one request
+    holds, which sizes concurrency (the engines allocate KV pages on demand, not a full context per request)."""
+    output_tokens: int | None = Field(default=None, ge=1)
+    """Typical output length per request, in tokens (default 256)."""
 
 
 class Hardware(ApiModel):
@@ -231,6 +236,13 @@ class Placement(ApiModel):
     node_selector: dict[str, str] | None = None
     """The node label identifying the GPU that the pods select (GFD's product, GKE's accelerator, Karpenter's GPU
     name, AMD's product name or the instance type): with gpuResource, the pool whose capacity is counted."""
+    nodes: int | None = None
+    """Nodes one replica spans (1 for a single-node placement; more when the model is larger than any one node,
+    which is reported, not yet rendered)."""
+    gpus_per_node: int | None = None
+    """GPUs of one replica on each of its nodes."""
+    pipeline_parallel_size: int | None = None
+    """Pipeline-parallel degree (stages across nodes; 1 on one node)."""
 
 
 class MemoryReport(ApiModel):

@@ -52,6 +52,9 @@ class ModelSpec(ApiModel):
     """Key/value heads (num_key_value_heads), for KV cache sizing."""
     head_dim: int | None = Field(default=None, ge=1)
     """Dimension of one attention head, for KV cache sizing."""
+    attention_heads: int | None = Field(default=None, ge=1)
+    """Query heads (num_attention_heads): tensor parallelism must divide them, and divide (or be a multiple of)
+    kvHeads. Absent: taken from the built-in architecture table when the uri names a known model."""
 
 
 class ObjectMeta(ApiModel):

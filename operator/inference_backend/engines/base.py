@@ -181,46 +181,36 @@ def ports(metrics_port: int | None = None) -> tuple[Json, ...]:
 
 
 def cpu_cores(decision: Decision) -> int:
-    """Cores requested on a CPU placement: 90% of the node's allocatable (daemonsets keep the rest), at least 1."""
-    p = placement(decision)
-    return max(1, math.floor(p.hardware.cpu_millis / 1000 * 0.9))
+    """Cores requested on a CPU placement (the plan's: 90% of the node's allocatable, daemonsets keep the rest),
+    at least 1."""
+    placement(decision)
+    assert decision.host is not None
+    return max(1, decision.host.cpu_millis // 1000)
 
 
-def resources(decision: Decision, spec: InferenceBackendSpec, kv_bytes: float | None = None) -> Json:
-    """Requests/limits from the decision; ``spec.resources`` overrides key by key.
+def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
+    """Requests/limits from the decision's host request (selection/planning.py: sized to fit the chosen nodes'
+    allocatable); ``spec.resources`` overrides key by key.
 
-    GPU: the GPU resource (nvidia.com/gpu or the MIG profile) = GPUs per replica in requests and limits; host
-    memory for loading (weights staged through page cache) plus any KV offload; 4 cores per GPU.
-    CPU: the memory estimate (weights + overhead + KV cache actually allocated, capped to what the memory fit
-    allowed) + 1 GiB headroom, and 90% of the node's cores. Memory limit = request (no overcommit of the one
-    resource that OOM-kills); no CPU limit (throttling only slows decoding).
+    GPU: the GPU resource (nvidia.com/gpu, the MIG profile, amd.com/gpu, habana.ai/gaudi) = GPUs per replica in
+    requests and limits; host CPU and memory as planned. CPU: the planned memory (weights + overhead + the KV the
+    engine allocates + 1 GiB headroom) and cores. Memory limit = request (no overcommit of the one resource that
+    OOM-kills); no CPU limit (throttling only slows decoding).
     """
     p = placement(decision)
-    mem = decision.memory
-    assert mem is not None
-    offload = spec.kv_cache.cpu_offload_gi_b
-    requests: dict[str, int | str] = {}
-    limits: dict[str, int | str] = {}
+    host = decision.host
+    assert host is not None and decision.memory is not None
+    cpu = str(host.cpu_millis // 1000) if host.cpu_millis % 1000 == 0 else f"{host.cpu_millis}m"
+    memory = f"{math.ceil(host.memory_bytes / GIB)}Gi"
+    requests: dict[str, int | str] = {"cpu": cpu, "memory": memory}
+    limits: dict[str, int | str] = {"memory": memory}
     if p.gpu is not None:
-        n = p.gpus_per_replica
-        host_gib = math.ceil(mem.weights / GIB / max(n, 1)) + 8 + math.ceil(offload)
-        requests = {"cpu": str(4 * n), "memory": f"{host_gib}Gi", p.gpu.resource: n}
-        limits = {"memory": f"{host_gib}Gi", p.gpu.resource: n}
-    else:
-        kv = mem.kv_cache if kv_bytes is None else min(kv_bytes, mem.kv_cache)
-        need = mem.weights + (mem.required - mem.weights - _min_kv(decision)) + kv
-        gib = math.ceil(need / GIB) + 1
-        requests = {"cpu": str(cpu_cores(decision)), "memory": f"{gib}Gi"}
-        limits = {"memory": f"{gib}Gi"}
+        requests[p.gpu.resource] = p.gpus_per_replica
+        limits[p.gpu.resource] = p.gpus_per_replica
     if spec.resources is not None:
         requests.update(spec.resources.requests)
         limits.update(spec.resources.limits)
     return {"requests": requests, "limits": limits}
-
-
-def _min_kv(decision: Decision) -> float:
-    assert decision.model is not None and decision.memory is not None
-    return decision.memory.kv_per_token * decision.model.context_length
 
 
 def shm_volume(decision: Decision) -> tuple[tuple[Json, ...], tuple[Json, ...]]:
@@ -343,7 +333,6 @@ def assemble(
     init: tuple[Json, ...] = (),
     endpoints: Endpoints,
     reserved_env: Mapping[str, str] | None = None,
-    kv_bytes: float | None = None,
 ) -> EngineContainer:
     """The container every engine shares the shape of: ``spec.engine`` overrides applied last (and checked),
     probes on the card's health endpoint and metrics at its metrics path, resources from the decision."""
@@ -361,7 +350,7 @@ def assemble(
         startup_probe=startup,
         readiness_probe=ready,
         liveness_probe=live,
-        resources=resources(decision, spec, kv_bytes=kv_bytes),
+        resources=resources(decision, spec),
         volumes=volumes,
         volume_mounts=mounts,
         init_containers=init,

@@ -89,6 +89,11 @@ class EngineCard:
     summary: str
     """One line for docs and `kubectl describe`: what it is best at."""
     render: Renderer
+    layer_split: bool
+    """Splits a replica over GPUs by layers (llama.cpp --split-mode layer), so no attention-head divisibility."""
+    slots: bool
+    """Runs a fixed number of slots, each allocating a full context up front (llama.cpp -np with -c = context x
+    slots): the memory fit counts every slot."""
 
     @property
     def gpu_required(self) -> bool:
@@ -108,7 +113,8 @@ class EngineCard:
 
 
 # A card may truthfully have no speculation method or no prefix cache; every other field must say something.
-_MAY_BE_EMPTY = frozenset({"speculative", "prefix_cache", "multi_gpu", "multi_node", "own_hf_loader", "kv_offload",
+_MAY_BE_EMPTY = frozenset({"layer_split", "slots", "speculative", "prefix_cache", "multi_gpu", "multi_node",
+                           "own_hf_loader", "kv_offload",
                            "min_compute", "bf16_min_compute", "kv_dtypes"})  # fmt: skip
 
 

@@ -111,9 +111,11 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # arg.cpp --port
     a.add("-a", served_name(decision, name), source="spec.model.servedName")  # arg.cpp -a/--alias
     b = decision.batching
-    slots = b.max_batch_size or spec.objectives.concurrency or DEFAULT_SLOTS
+    # the selection's plan: maxBatchSize, else concurrency, else DEFAULT_SLOTS, reduced to the slots whose full
+    # contexts fit (selection/options.py _fit_slots)
+    slots = decision.plan.slots if decision.plan and decision.plan.slots else DEFAULT_SLOTS
     # arg.cpp -np/--parallel: slots decoded together (the batch size of continuous batching)
-    a.add("-np", slots, source="spec.batching.maxBatchSize")
+    a.add("-np", slots, source="spec.batching.maxBatchSize (the slots that fit)")
     # arg.cpp -c/--ctx-size is the TOTAL context shared by all slots: per-slot context x slots.
     a.add("-c", model.context_length * slots, source="spec.model.contextLength x spec.batching.maxBatchSize")
     # arg.cpp -cb/--cont-batching, -nocb/--no-cont-batching (server only)
@@ -153,11 +155,9 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     # LLAMA_CACHE: where -hf downloads go (common.cpp fs_get_cache_directory).
     env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), parts.env)
     # tools/server: GET /health (503 while loading), GET /metrics with --metrics
-    kv_bytes = (decision.memory.kv_per_token if decision.memory else 0) * model.context_length * slots
     return assemble(
         engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES, IMAGE_CPU), command=COMMAND, args=a,
         env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        kv_bytes=kv_bytes,
         volumes=parts.volumes, mounts=parts.mounts,
     )  # fmt: skip
 
@@ -204,6 +204,7 @@ CARD = EngineCard(
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
         "cpu": Profile(**MEASURED_CPU[ENGINE]),
     },
+    layer_split=True, slots=True,
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
 )  # fmt: skip

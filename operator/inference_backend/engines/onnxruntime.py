@@ -47,5 +47,5 @@ CARD = EngineCard(
         "cpu": Profile(**MEASURED_CPU[ENGINE]),
     },
     summary="ONNX models on CPU or one GPU: dynamic and static batching, prefix cache",
-    render=container,
+    render=container, layer_split=False, slots=False,
 )  # fmt: skip

@@ -55,5 +55,5 @@ CARD = EngineCard(
         "cpu": Profile(**MEASURED_CPU[ENGINE]),
     },
     summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
-    render=container,
+    render=container, layer_split=False, slots=False,
 )  # fmt: skip

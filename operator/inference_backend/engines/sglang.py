@@ -157,5 +157,5 @@ CARD = EngineCard(
     images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
-    render=container,
+    render=container, layer_split=False, slots=False,
 )  # fmt: skip

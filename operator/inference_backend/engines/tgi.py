@@ -143,5 +143,5 @@ CARD = EngineCard(
     images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
-    render=container,
+    render=container, layer_split=False, slots=False,
 )  # fmt: skip

@@ -190,5 +190,5 @@ CARD = EngineCard(
     images={"gpu": IMAGE}, devices=DEVICES, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
-    render=container,
+    render=container, layer_split=False, slots=False,
 )  # fmt: skip

@@ -82,3 +82,41 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
     if left_out:
         summary += "; nodes left out: " + ", ".join(sorted(left_out))
     return usable, [summary, *notes]
+
+
+# Labels that GPU nodes carry and CPU nodes do not: GFD's product, GKE's accelerator, Karpenter's and EKS Auto
+# Mode's GPU facts, AMD's device-plugin labeller.
+GPU_NODE_LABELS = (
+    "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "karpenter.k8s.aws/instance-gpu-count",
+    "eks.amazonaws.com/instance-gpu-name", "amd.com/gpu.product-name", "beta.amd.com/gpu.product-name",
+)  # fmt: skip
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+Expression = tuple[str, str, tuple[str, ...]]
+
+
+def gpu_node_exclusion(cluster: ClusterFacts, chosen: HardwareClass) -> tuple[tuple[Expression, ...], list[str]]:
+    """Node-affinity expressions that keep a CPU pod of class ``chosen`` off the cluster's GPU nodes, and a note
+    for GPU nodes no label tells apart. Only labels some GPU node carries and ``chosen`` lacks are used."""
+    mine = chosen.label_map()
+    gpu_classes = [c for c in cluster if c.has_gpu]
+    exprs: list[Expression] = []
+    covered: set[HardwareClass] = set()
+    for key in GPU_NODE_LABELS:
+        carriers = {c for c in gpu_classes if key in c.label_map()}
+        if carriers and key not in mine:
+            exprs.append((key, "DoesNotExist", ()))
+            covered |= carriers
+    left = [c for c in gpu_classes if c not in covered]
+    types = sorted({t for c in left if (t := c.label_map().get(INSTANCE_TYPE)) and t != mine.get(INSTANCE_TYPE)})
+    if types:
+        exprs.append((INSTANCE_TYPE, "NotIn", tuple(types)))
+        left = [c for c in left if c.label_map().get(INSTANCE_TYPE) not in types]
+    notes = []
+    if exprs:
+        notes.append("CPU placement kept off GPU nodes by node affinity: " + ", ".join(
+            f"{k} {op}" + (f" {list(v)}" if v else "") for k, op, v in exprs))  # fmt: skip
+    if left:
+        names = sorted(n for c in left for n in cluster[c])
+        notes.append(f"{_nodes(tuple(names))}: GPU nodes without a label that tells them apart from CPU nodes: "
+                     "the CPU pod is not kept off them")  # fmt: skip
+    return tuple(exprs), notes

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from inference_backend.api.inferencebackend import ModelSource
 from inference_backend.api.model import ModelSpec
+from inference_backend.architectures import find, nearest_shape
 from inference_backend.decision import InvalidSpec, ResolvedModel
-from inference_backend.memory import nearest_shape
 from inference_backend.quantity import parse_parameters
 
 _SUFFIX_FORMATS = ((".gguf", "gguf"), (".onnx", "onnx"), (".pt", "pytorch"), (".pth", "pytorch"),
@@ -78,20 +78,10 @@ def resolve_model(
     if dtype is None:
         dtype = {"gguf": "float16", "onnx": "float32", "pytorch": "float32"}.get(str(fmt), "bfloat16")
         reasons.append(f"dtype not given: assuming {dtype} for {fmt}")
-    shape_source = "Model facts (layers, kvHeads, headDim)"
-    layers = registered.layers if registered else None
-    kv_heads = registered.kv_heads if registered else None
-    head_dim = registered.head_dim if registered else None
-    shape = nearest_shape(parameters)
-    if layers is None or kv_heads is None or head_dim is None:
-        shape_source = f"built-in shape of {shape.name} (nearest size to {params_text})"
-        layers, kv_heads, head_dim = (
-            layers or shape.layers,
-            kv_heads or shape.kv_heads,
-            head_dim or shape.head_dim,
-        )
-        reasons.append(f"KV cache sized with the {shape_source}: {layers} layers, {kv_heads} KV heads, "
-                       f"head dim {head_dim}")  # fmt: skip
+    shape, shape_source, shape_reasons = _shape(registered, uri if isinstance(uri, str) else None, parameters,
+                                                params_text, facts.get("architecture"))  # fmt: skip
+    reasons.extend(shape_reasons)
+    layers, kv_heads, head_dim, heads = shape
     context = facts.get("context_length")
     if not isinstance(context, int):
         context = DEFAULT_CONTEXT
@@ -107,6 +97,7 @@ def resolve_model(
         kv_heads=kv_heads,
         head_dim=head_dim,
         shape_source=shape_source,
+        attention_heads=heads,
         architecture=str(facts["architecture"]) if facts.get("architecture") else None,
         served_name=source.served_name,
         credentials_secret=source.credentials_secret,
@@ -114,6 +105,38 @@ def resolve_model(
         model_ref=source.model_ref,
     )
     return resolved, reasons
+
+
+_SHAPE_FIELDS = (("layers", "layers"), ("kv_heads", "kvHeads"), ("head_dim", "headDim"),
+                 ("attention_heads", "attentionHeads"))  # fmt: skip
+
+
+def _shape(registered: ModelSpec | None, uri: str | None, parameters: int, params_text: str, architecture: object
+           ) -> tuple[tuple[int, int, int, int], str, list[str]]:  # fmt: skip
+    """(layers, KV heads, head dim, attention heads), where they came from, and the reasons.
+
+    Precedence per fact: the registered Model's field, then the architecture-table row the uri names
+    (architectures.find), then the row nearest in parameter count (a stand-in, said so)."""
+    given = {f: getattr(registered, f) if registered else None for f, _ in _SHAPE_FIELDS}
+    if all(isinstance(v, int) for v in given.values()):
+        known = (int(given["layers"] or 0), int(given["kv_heads"] or 0), int(given["head_dim"] or 0),
+                 int(given["attention_heads"] or 0))  # fmt: skip
+        return known, "Model facts (layers, kvHeads, headDim, attentionHeads)", []
+    reasons: list[str] = []
+    row, why = find(uri, parameters, architecture if isinstance(architecture, str) else None)
+    if why:
+        reasons.append(f"architecture table: {why}; not used")
+    if row is not None:
+        source = f"the architecture table ({row.name}, named by the uri; config.json of {row.repo})"
+    else:
+        row = nearest_shape(parameters)
+        source = f"the built-in shape of {row.name} (nearest size to {params_text}; a stand-in, not this model)"
+    filled: dict[str, int] = {f: v if isinstance(v, int) else int(getattr(row, f)) for f, v in given.items()}
+    missing = [api for f, api in _SHAPE_FIELDS if given[f] is None]
+    reasons.append(f"{', '.join(missing)} from {source}: {filled['layers']} layers, {filled['attention_heads']} "
+                   f"attention heads, {filled['kv_heads']} KV heads, head dim {filled['head_dim']}")  # fmt: skip
+    shape = (filled["layers"], filled["kv_heads"], filled["head_dim"], filled["attention_heads"])
+    return shape, source, reasons
 
 
 def resolve_draft(name: str, registry: Mapping[str, ModelSpec]) -> ResolvedModel:

@@ -1,4 +1,5 @@
-"""Placement options of one engine: every (hardware, GPUs per replica) that fits, with estimates and misses."""
+"""Placement options of one engine: every (hardware, GPUs per replica) that fits, with estimates, the plan and
+misses. The planning rules are selection/planning.py's."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
-from inference_backend.decision import Placement, ResolvedModel
+from inference_backend.decision import Host, Placement, Plan, ResolvedModel
 from inference_backend.engines import card
-from inference_backend.facts import VENDOR_TITLES, GPUFacts, Pool, pool_of, product_matches
+from inference_backend.facts import VENDOR_TITLES, GPUFacts, HardwareClass, Pool, pool_of, product_matches
 from inference_backend.memory import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -19,10 +20,12 @@ from inference_backend.memory import (
     cpu_fit,
     gpu_fit,
     kv_bytes_per_token,
+    kv_heads_per_replica,
     tensor_parallel_options,
 )
 from inference_backend.quantity import gib
 from inference_backend.selection.hardware import UsableClass
+from inference_backend.selection.planning import cpu_host, gpu_host, replicas_needed, tokens_per_sequence
 
 MIB = 2**20
 _TP_EFFICIENCY = 0.9  # per doubling of tensor parallelism (all-reduce cost)
@@ -39,20 +42,30 @@ class Option:
     ttft_ms: float
     tokens_per_second: float
     kv_sequences: int
+    """Full-context sequences the KV cache holds."""
+    plan: Plan
+    host: Host
     misses: tuple[str, ...] = ()
+    load: tuple[str, ...] = field(default=(), compare=False)
+    """The arithmetic of each load objective that needs more replicas than spec.replicas."""
     notes: tuple[str, ...] = field(default=(), compare=False)
+    """Planning notes for the reasons (replicas needed, host request scaled down, slots reduced)."""
+
+    @property
+    def total_gpus(self) -> int:
+        return self.placement.gpus_per_replica * self.plan.replicas
 
     def sort_key(self, preferences: list[str], busy: frozenset[tuple[Pool, int]] = frozenset()) -> tuple[object, ...]:
         """``busy``: (GPU pool, GPUs per replica) without enough free devices for this spec's replicas."""
         p = self.placement
         if p.gpu is None:
-            return (0, len(self.misses), not self.speculate, -p.hardware.cpu_millis, -p.hardware.memory_bytes,
-                    p.hardware)  # fmt: skip
+            return (0, len(self.misses), not self.speculate, self.plan.replicas, -p.hardware.cpu_millis,
+                    -p.hardware.memory_bytes, p.hardware)  # fmt: skip
         gpu = p.gpu
         pref = next((i for i, name in enumerate(preferences) if product_matches(name, gpu)), len(preferences))
         full = (pool_of(p.gpu), p.gpus_per_replica) in busy
-        return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, p.gpus_per_replica,
-                p.gpu.memory_mib, -p.gpu.speed, p.gpu.product, p.hardware)  # fmt: skip
+        return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, self.total_gpus,
+                p.gpus_per_replica, p.gpu.memory_mib, -p.gpu.speed, p.gpu.product, p.hardware)  # fmt: skip
 
 
 def serving_dtype(engine: str, model: ResolvedModel, gpu: GPUFacts | None) -> tuple[str, list[str]]:
@@ -77,12 +90,14 @@ def model_bytes(model: ResolvedModel, dtype: str) -> float:
     return model.parameters * DTYPE_BYTES[dtype]
 
 
-def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str) -> float:
+def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str, tp: int = 1) -> float:
+    """KV bytes per token of one replica: tp > KV heads replicates one head per GPU (see kv_heads_per_replica)."""
     caps = card(engine)
     kv_dtype = requested if requested != "auto" and requested in caps.kv_dtypes else "auto"
     if kv_dtype == "auto":
         kv_dtype = "float32" if dtype == "float32" else "float16"
-    return kv_bytes_per_token(model.layers, model.kv_heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
+    heads = model.kv_heads if caps.layer_split else kv_heads_per_replica(model.kv_heads, tp)
+    return kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
 
 
 def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: float) -> tuple[float, float]:
@@ -98,19 +113,37 @@ def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: 
     return profile.ttft_ms * size / speed, profile.tokens_per_second * speed * bytes_ratio
 
 
-def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, placement: Placement,
-            fit: Fit, kv_token: float, dtype: str, speculate: bool) -> Option:  # fmt: skip
+@dataclass(frozen=True)
+class _Sizing:
+    """What one engine's placement needs, shared by the fit and the plan."""
+
+    weights: float
+    kv_token: float
+    dtype: str
+    tokens: int
+    tokens_how: str
+    slots: int
+
+
+def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, placement: Placement, fit: Fit,
+            sz: _Sizing, speculate: bool, host: Host, notes: list[str]) -> Option:  # fmt: skip
     ttft, tps = _estimate(engine, placement, model, fit.weights)
-    seqs = int(fit.kv_cache // max(kv_token * model.context_length, 1.0))
+    full = int(fit.kv_cache // max(sz.kv_token * model.context_length, 1.0))
+    # slot engines: every slot holds a full context, and requests beyond the slots queue
+    sequences = sz.slots or int(fit.kv_cache // max(sz.kv_token * sz.tokens, 1.0))
+    replicas, why = replicas_needed(spec, sequences, tps)
+    plan = Plan(sz.tokens, sequences, replicas, sz.slots)
     misses: list[str] = []
     obj = spec.objectives
     if obj.ttft_millis is not None and ttft > obj.ttft_millis:
         misses.append(f"estimated TTFT {ttft:.0f} ms > ttftMillis {obj.ttft_millis}")
-    if obj.tokens_per_second is not None and tps < obj.tokens_per_second:
-        misses.append(f"estimated {tps:.0f} tokens/s < tokensPerSecond {obj.tokens_per_second}")
-    if obj.concurrency is not None and seqs < obj.concurrency:
-        misses.append(f"KV cache holds {seqs} full-context sequences < concurrency {obj.concurrency}")
-    return Option(engine, placement, fit, kv_token, dtype, speculate, ttft, tps, seqs, tuple(misses))
+    out_notes = list(notes)
+    if why:
+        out_notes.append(f"load objectives need {replicas} replicas of {placement.describe()} ({'; '.join(why)}): "
+                         "more replicas rather than wider ones; spec.replicas is "
+                         f"{spec.replicas}, set it to {replicas} to meet them")  # fmt: skip
+    return Option(engine, placement, fit, sz.kv_token, sz.dtype, speculate, ttft, tps, full, plan, host,
+                  tuple(misses), tuple(why), tuple(out_notes))  # fmt: skip
 
 
 def _first_fit(fit: Callable[[float], Fit], weights: float, draft: float | None) -> tuple[bool | None, Fit]:
@@ -132,6 +165,41 @@ def _nearer(closest: tuple[float, str] | None, fit: Fit, where: str, fraction: f
     if closest is not None and closest[0] <= short:
         return closest
     return short, f"needs {gib(fit.required)} GiB{where} {gib(fit.available)} GiB at memoryFraction {fraction}"
+
+
+def _slots_wanted(spec: InferenceBackendSpec) -> int:
+    from inference_backend.engines.llamacpp import DEFAULT_SLOTS
+
+    return spec.batching.max_batch_size or spec.objectives.concurrency or DEFAULT_SLOTS
+
+
+def _fit_slots(fit: Callable[..., Fit], weights: float, draft: float | None, wanted: int
+               ) -> tuple[bool | None, Fit, int]:  # fmt: skip
+    """Engines with fixed slots: the most slots (at most ``wanted``) whose full contexts fit, by halving."""
+    slots = wanted
+    while True:
+        found, f = _first_fit(partial(fit, slots=slots), weights, draft)
+        if found is not None or slots == 1:
+            return found, f, slots
+        # the largest slot count that fits: (available - weights - overhead) // one context
+        one = fit(weights, slots=1)
+        room = one.available - one.weights - one.overhead
+        slots = max(1, min(slots - 1, int(room // max(one.min_kv, 1.0))))
+
+
+def _sizing(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, dtype: str, tp: int) -> _Sizing:
+    caps = card(engine)
+    tokens, how = tokens_per_sequence(spec, model.context_length)
+    slots = _slots_wanted(spec) if caps.slots else 0
+    return _Sizing(model_bytes(model, dtype), kv_per_token(engine, model, dtype, spec.kv_cache.dtype, tp), dtype,
+                   tokens, how, slots)  # fmt: skip
+
+
+def _slot_note(wanted: int, slots: int, context: int) -> list[str]:
+    if slots >= wanted:
+        return []
+    return [f"slots reduced from {wanted} to {slots}: each slot allocates a full {context}-token context up front, "
+            f"and only {slots} fit"]  # fmt: skip
 
 
 def engine_options(
@@ -162,37 +230,61 @@ def engine_options(
                 closest = closest or (math.inf, msg)
                 continue
             dtype, _ = serving_dtype(engine, model, gpu)
-            weights = model_bytes(model, dtype)
-            kv_token = kv_per_token(engine, model, dtype, spec.kv_cache.dtype)
-            min_kv = kv_token * model.context_length
-            widths = tensor_parallel_options(gpu.count, gpu.mig) if caps.multi_gpu else [1]
+            if caps.multi_gpu:
+                widths, _why = tensor_parallel_options(gpu.count, gpu.mig, model.attention_heads, model.kv_heads,
+                                                       caps.layer_split)  # fmt: skip
+            else:
+                widths = [1]
             for tp in widths:
+                sz = _sizing(engine, spec, model, dtype, tp)
                 placement = Placement("gpu", usable.hardware, usable.nodes, gpu, tp)
                 draft_bytes = model_bytes(draft, dtype) if draft is not None else None
-                fit_gpu = partial(
-                    gpu_fit, min_kv=min_kv, memory_per_gpu=gpu.memory_mib * MIB, fraction=fraction, gpus=tp
-                )
-                found, fit = _first_fit(fit_gpu, weights, draft_bytes)
-                if found is not None:
-                    options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, found))
+
+                def fit_gpu(w: float, slots: int = 1, sz: _Sizing = sz, tp: int = tp, gpu: GPUFacts = gpu) -> Fit:
+                    ctx = sz.kv_token * model.context_length * max(slots, 1)
+                    return gpu_fit(w, ctx, gpu.memory_mib * MIB, fraction, tp)
+
+                if sz.slots:
+                    found, fit, slots = _fit_slots(fit_gpu, sz.weights, draft_bytes, sz.slots)
                 else:
+                    (found, fit), slots = _first_fit(fit_gpu, sz.weights, draft_bytes), 0
+                if found is None:
                     closest = _nearer(closest, fit, f" per replica; {tp}x {gpu.product} offers", fraction)
+                    continue
+                host = gpu_host(usable.hardware, tp, fit.weights, spec.kv_cache.cpu_offload_gi_b, gpu.product)
+                if host.host is None:
+                    closest = closest or (math.inf, host.note)
+                    continue
+                notes = _slot_note(sz.slots, slots, model.context_length) + ([host.note] if host.note else [])
+                sized = _Sizing(sz.weights, sz.kv_token, dtype, sz.tokens, sz.tokens_how, slots)
+                options.append(_option(engine, spec, model, placement, fit, sized, found, host.host, notes))
     if "cpu" in caps.accelerators:
         for usable in cpu_classes:
             hw = usable.hardware
-            dtype = model.dtype
-            weights = model_bytes(model, dtype)
-            kv_token = kv_per_token(engine, model, dtype, spec.kv_cache.dtype)
+            sz = _sizing(engine, spec, model, model.dtype, 1)
             placement = Placement("cpu", hw, usable.nodes)
             draft_bytes = model_bytes(draft, draft.dtype) if draft is not None else None
-            fit_cpu = partial(
-                cpu_fit, min_kv=kv_token * model.context_length, node_memory=hw.memory_bytes, fraction=fraction
-            )
-            found, fit = _first_fit(fit_cpu, weights, draft_bytes)
-            if found is not None:
-                options.append(_option(engine, spec, model, placement, fit, kv_token, dtype, found))
+
+            def fit_cpu(w: float, slots: int = 1, sz: _Sizing = sz, hw: HardwareClass = hw) -> Fit:
+                ctx = sz.kv_token * model.context_length * max(slots, 1)
+                return cpu_fit(w, ctx, hw.memory_bytes, fraction)
+
+            if sz.slots:
+                found, fit, slots = _fit_slots(fit_cpu, sz.weights, draft_bytes, sz.slots)
             else:
+                (found, fit), slots = _first_fit(fit_cpu, sz.weights, draft_bytes), 0
+            if found is None:
                 closest = _nearer(closest, fit, "; the CPU node offers", fraction)
+                continue
+            # what the engine allocates: slot engines exactly their contexts, the others the whole KV budget
+            need = fit.required if slots else fit.weights + fit.overhead + fit.kv_cache
+            host = cpu_host(hw, need, fit.required)
+            if host.host is None:
+                closest = closest or (math.inf, host.note)
+                continue
+            sized = _Sizing(sz.weights, sz.kv_token, sz.dtype, sz.tokens, sz.tokens_how, slots)
+            options.append(_option(engine, spec, model, placement, fit, sized, found, host.host,
+                                   _slot_note(sz.slots, slots, model.context_length)))  # fmt: skip
     if options:
         return options, ""
     if closest is not None:

@@ -27,6 +27,7 @@ from inference_backend.decision import (
     Decision,
     InvalidSpec,
     Memory,
+    MultiNode,
     ResolvedModel,
     Speculation,
 )
@@ -34,9 +35,11 @@ from inference_backend.engines import NAMES as ENGINES
 from inference_backend.engines import EngineCard, card, check_spec
 from inference_backend.facts import VENDOR_TITLES, ClusterFacts, Pool, capacity, pod_selector, pool_of, reserved
 from inference_backend.quantity import gib
-from inference_backend.selection.hardware import UsableClass, usable_classes
+from inference_backend.selection.hardware import Expression, UsableClass, gpu_node_exclusion, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
+from inference_backend.selection.multinode import multi_node_layout
 from inference_backend.selection.options import Option, engine_options, serving_dtype
+from inference_backend.selection.planning import tokens_per_sequence
 
 
 def _describe_model(m: ResolvedModel) -> str:
@@ -58,11 +61,17 @@ def _draft(spec: InferenceBackendSpec, model: ResolvedModel, registry: Mapping[s
     return (None, f"draft {sd.draft_model_ref} rejected: {why}") if why else (draft, "")
 
 
+def _subsumed(strategy: str, caps: EngineCard) -> bool:
+    """Continuous batching subsumes dynamic and static batching: it admits waiting requests at every step, so a
+    request never waits for a window or a full batch (the specification lists vLLM and TGI for dynamic batching)."""
+    return strategy in ("dynamic", "static") and "continuous" in caps.batching
+
+
 def _lacks(caps: EngineCard, spec: InferenceBackendSpec, draft: ResolvedModel | None) -> list[str]:
     """Requested features the engine does not have natively (counted when ranking engines)."""
     lacks: list[str] = []
     strategy = spec.batching.strategy
-    if strategy != "auto" and strategy not in caps.batching:
+    if strategy != "auto" and strategy not in caps.batching and not _subsumed(strategy, caps):
         lacks.append(f"batching.strategy {strategy}: {caps.name} has no {strategy} batching; "
                      f"{caps.batching[0]} batching used instead")  # fmt: skip
     sd = spec.speculative_decoding
@@ -126,10 +135,15 @@ def select(
     accel = spec.hardware.accelerator
     gpu_classes = [u for u in usable if u.hardware.has_gpu] if accel != "cpu" else []
     cpu_only = [u for u in usable if not u.hardware.has_gpu]
-    cpu_classes = (cpu_only or [u for u in usable if not u.gpu_pods_only]) if accel != "gpu" else []
+    on_gpu_nodes = [u for u in usable if u.hardware.has_gpu and not u.gpu_pods_only]
+    cpu_classes = cpu_only if accel != "gpu" else []
     reasons.extend(_unserved_devices(gpu_classes, candidates))
-    if cpu_classes and not cpu_only:
-        reasons.append("no CPU-only node: CPU placements considered on GPU nodes")
+    if not cpu_only and on_gpu_nodes and accel == "cpu":
+        cpu_classes = on_gpu_nodes
+        reasons.append("no CPU-only node: CPU placements considered on GPU nodes (hardware.accelerator: cpu)")
+    elif not cpu_only and on_gpu_nodes and accel == "auto":
+        reasons.append("no CPU-only node: CPU placements are not considered on GPU nodes (they would hold GPUs "
+                       "idle; hardware.accelerator: cpu allows it)")  # fmt: skip
 
     draft, draft_why = _draft(spec, model, registry)
     if draft_why:
@@ -143,7 +157,11 @@ def select(
             rejected[engine] = why
             continue
         all_options[engine] = options
-    if accel == "auto" and any(o.placement.gpu for opts in all_options.values() for o in opts):
+    gpu_fits = any(o.placement.gpu for opts in all_options.values() for o in opts)
+    layout = None if gpu_fits or accel == "cpu" else multi_node_layout(spec, model, candidates, gpu_classes)
+    if layout is not None:
+        return _too_big(layout, spec, model, reasons, rejected, all_options)
+    if accel == "auto" and gpu_fits:
         for engine, opts in list(all_options.items()):
             gpu_opts = [o for o in opts if o.placement.gpu is not None]
             if gpu_opts:
@@ -164,7 +182,7 @@ def select(
         return Decision(None, tuple(reasons), tuple(rejected.items()), model=model)
 
     lacks = {e: _lacks(card(e), spec, draft) for e in best}
-    order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), ENGINES.index(e)))
+    order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), _cost(best[e]), ENGINES.index(e)))
     if kept is not None:
         if (kept.engine, kept.placement) != (order[0], best[order[0]].placement):  # else the fresh pick agrees
             reasons.append(f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is "
@@ -177,7 +195,8 @@ def select(
     choice = best[winner]
     for engine in order[1:]:
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
-    reasons.append(f"ranked by (objectives missed, features lacking, registry order): {', '.join(order)}")
+    reasons.append(f"ranked by (objectives missed, features lacking, GPUs or replicas the objectives need, registry "
+                   f"order): {', '.join(order)}")  # fmt: skip
     gpu = best[winner].placement.gpu
     if kept is None and gpu is not None and (pool_of(gpu), best[winner].placement.gpus_per_replica) in busy:
         classes = [(u.hardware, u.nodes) for u in gpu_classes]
@@ -185,7 +204,36 @@ def select(
         where = ", ".join(f"{k}={v}" for k, v in pool_of(gpu)[1]) or "any node"
         reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) on the nodes it selects "
                        f"({where}; {used} held by other InferenceBackends): pods wait until some free up")  # fmt: skip
-    return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected)
+    avoid: tuple[Expression, ...] = ()
+    if choice.placement.gpu is None and not choice.placement.hardware.has_gpu:
+        avoid, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
+        reasons.extend(notes)
+    return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, avoid)
+
+
+def _cost(o: Option) -> int:
+    """GPUs in total (or CPU replicas) the load objectives need on this option."""
+    return o.total_gpus if o.placement.gpu is not None else o.plan.replicas
+
+
+def _too_big(layout: MultiNode, spec: InferenceBackendSpec, model: ResolvedModel, reasons: list[str],
+             rejected: dict[str, str], all_options: dict[str, list[Option]]) -> Decision:  # fmt: skip
+    """A model larger than any one usable GPU node: unsatisfiable, with the layout it needs; never CPU."""
+    caps = card(layout.engine)
+    have = f"{layout.available_nodes} such node(s) usable"
+    why = (f"larger than any one node: one replica needs {gib(layout.required)} GiB; one node of "
+           f"{layout.gpus_per_node}x {layout.gpu.product} offers {gib(layout.per_node)} GiB at memoryFraction "
+           f"{spec.kv_cache.memory_fraction}: it needs {layout.describe()}, {layout.nodes * layout.gpus_per_node} "
+           f"GPUs per replica ({have})")  # fmt: skip
+    multi = (
+        f"{caps.title} {caps.version} runs across nodes, but multi-node placement (LeaderWorkerSet) is not rendered yet"
+        if caps.multi_node
+        else f"{caps.title} {caps.version} does not run across nodes"
+    )
+    reasons.append(f"{why}; {multi}; not placed on CPU")
+    for engine in all_options:
+        rejected.setdefault(engine, "runs only on CPU here, and the model belongs on GPUs across nodes")
+    return Decision(None, tuple(reasons), tuple(rejected.items()), model=model, multi_node=layout)
 
 
 def _unserved_devices(gpu_classes: list[UsableClass], candidates: list[str]) -> list[str]:
@@ -240,11 +288,17 @@ def _ranked_below(winner: str, w: Option, w_lacks: list[str], o: Option, o_lacks
         return f"ranked below {winner}: {'; '.join(o.misses)}"
     if len(o_lacks) > len(w_lacks):
         return f"ranked below {winner}: lacks {'; '.join(o_lacks)}"
+    if _cost(o) > _cost(w):
+        unit = "GPUs" if o.placement.gpu is not None else "replicas"
+        return (f"ranked below {winner}: the load objectives need {_cost(o)} {unit} on it "
+                f"({o.plan.replicas} replica(s) of {o.placement.describe()}: {'; '.join(o.load)}), {_cost(w)} on "
+                f"{winner}")  # fmt: skip
     return f"ranked below {winner}: registry order (equal on objectives and features)"
 
 
 def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None, draft_why: str,
-            choice: Option, lacks: list[str], reasons: list[str], rejected: dict[str, str]) -> Decision:  # fmt: skip
+            choice: Option, lacks: list[str], reasons: list[str], rejected: dict[str, str],
+            avoid: tuple[Expression, ...] = ()) -> Decision:  # fmt: skip
     engine = choice.engine
     caps = card(engine)
     p = choice.placement
@@ -252,12 +306,23 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     _, dtype_notes = serving_dtype(engine, model, p.gpu)
     reasons.extend(dtype_notes)
     fit = choice.fit
+    plan = choice.plan
+    ctx = (f"{plan.slots} slot(s) x {model.context_length}-token context" if plan.slots
+           else f"one {model.context_length}-token sequence")  # fmt: skip
     reasons.append(
         f"memory per replica: weights {gib(fit.weights)} GiB + overhead {gib(fit.overhead)} GiB + "
-        f"one {model.context_length}-token sequence {gib(fit.min_kv)} GiB = {gib(fit.required)} GiB "
+        f"{ctx} {gib(fit.min_kv)} GiB = {gib(fit.required)} GiB "
         f"<= {gib(fit.available)} GiB available; KV cache {gib(fit.kv_cache)} GiB "
         f"({choice.kv_per_token / 1024:.0f} KiB/token, {choice.kv_sequences} full-context sequences)"
     )
+    _, how = tokens_per_sequence(spec, model.context_length)
+    held = (f"{plan.slots} slots, each holding a full context" if plan.slots else
+            f"{plan.sequences} requests of {plan.tokens_per_sequence} tokens ({how}; KV pages are allocated on "
+            "demand)")  # fmt: skip
+    reasons.append(f"plan: {p.gpus_per_replica or 'no'} GPU(s) per replica, the fewest that fit and meet the "
+                   f"per-replica objectives; one replica holds {held}; {plan.replicas} replica(s) for the load "
+                   "objectives (more replicas rather than wider ones)")  # fmt: skip
+    reasons.extend(choice.notes)
     reasons.append(
         f"estimated TTFT {choice.ttft_ms:.0f} ms, {choice.tokens_per_second:.0f} tokens/s per replica "
         f"(profile {engine}/{p.accelerator}, an estimate until benchmarked)"
@@ -265,8 +330,14 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     reasons.extend(f"objective not met: {m}" for m in choice.misses)
     strategy = spec.batching.strategy
     resolved = strategy if strategy in caps.batching else caps.batching[0]
-    reasons.append(f"batching: {resolved}" + (" (auto)" if strategy == "auto" else ""))
     unsupported = list(lacks)
+    if strategy != resolved and strategy != "auto" and _subsumed(strategy, caps):
+        mapped = (f"batching.strategy {strategy}: mapped to {caps.name}'s continuous batching, which admits "
+                  "waiting requests at every step (it subsumes dynamic and static batching)")  # fmt: skip
+        reasons.append(f"batching: continuous ({strategy} requested: {mapped.split(': ', 1)[1]})")
+        unsupported.append(mapped)
+    else:
+        reasons.append(f"batching: {resolved}" + (" (auto)" if strategy == "auto" else ""))
     if resolved == "continuous" and spec.batching.max_wait_millis is not None:
         unsupported.append("batching.maxWaitMillis: continuous batching admits requests every step; ignored")
     prefix = spec.prefix_cache.enabled and caps.prefix_cache
@@ -292,6 +363,9 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
             "ttftMillis": round(choice.ttft_ms, 1),
             "tokensPerSecond": round(choice.tokens_per_second, 1),
         },
+        plan=plan,
+        host=choice.host,
+        avoid_labels=avoid,
     )
 
 
