@@ -354,3 +354,30 @@ def test_moe_is_sized_by_total_and_rated_by_active_parameters() -> None:
     assert moe.estimate["ttftMillis"] < dense.estimate["ttftMillis"]
     assert moe.estimate["tokensPerSecond"] > dense.estimate["tokensPerSecond"]
     assert any("12.88B active per token" in r for r in moe.reasons)
+
+
+@pytest.mark.parametrize(
+    ("target", "draft", "accepted"),
+    [
+        (("llama3", "a"), ("llama3", "a"), True),
+        (("llama", "a"), ("llama-bpe", "a"), True),  # same vocabulary, families named by different formats
+        (("llama3", "a"), ("llama3", "b"), False),  # same family name, other vocabulary
+        (("llama3", None), ("llama3", "b"), True),  # one side without a hash: the family decides
+    ],
+    ids=["same-hash", "hash-overrides-family-name", "hash-differs", "one-hash-missing"],
+)
+def test_draft_check_compares_vocab_hashes(target: tuple[str, str | None], draft: tuple[str, str | None],
+                                           accepted: bool) -> None:  # fmt: skip
+    from inference_backend.api.model import ModelSpec
+    from inference_backend.selection.model import draft_incompatibility, resolve_draft
+
+    def model(params: str, tok: tuple[str, str | None]) -> ModelSpec:
+        hashes = {"a": "sha256:" + "a" * 64, "b": "sha256:" + "b" * 64}
+        tokenizer: dict[str, Any] = {"family": tok[0], "vocabSize": 128256}
+        if tok[1]:
+            tokenizer["vocabHash"] = hashes[tok[1]]
+        return ModelSpec.model_validate({"uri": "hf://o/m", "parameters": params, "tokenizer": tokenizer})
+
+    registry = {"t": model("8B", target), "d": model("1B", draft)}
+    why = draft_incompatibility(resolve_draft("t", registry), resolve_draft("d", registry))
+    assert (why is None) == accepted, why
