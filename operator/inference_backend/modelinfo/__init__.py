@@ -113,7 +113,7 @@ def _single_safetensors(path: Path) -> Facts:
 
 def _hf_cache(path: Path) -> tuple[str, str, str | None] | None:
     """(org, name, file inside the snapshot) for a path in a Hugging Face hub cache, else None."""
-    match = _HF_CACHE.search(path.resolve().as_posix())
+    match = _HF_CACHE.search(path.absolute().as_posix())  # a snapshot may be a symlink: not resolved
     return (match.group(1), match.group(2), match.group(3)) if match else None
 
 
@@ -128,7 +128,7 @@ def default_uri(path: Path) -> str:
 
 def default_name(path: Path) -> str:
     cached = _hf_cache(path)
-    base = cached[1] if cached else (path.resolve().name if path.is_dir() else path.stem)
+    base = cached[1] if cached else (path.absolute().name if path.is_dir() else path.stem)
     name = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:63].strip("-")
     if not name:
         raise InspectError(f"{path}: cannot make a Model name from {base!r}: pass --name")
