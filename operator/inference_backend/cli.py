@@ -1,6 +1,7 @@
 """The ``inference-backend`` command: offline ``select`` and ``render`` for GitOps pre-merge checks and tests.
 
-Also ``fetch`` (model weights), ``bench`` (load test of a served model, see docs/bench.md) and ``operator``.
+Also ``model inspect`` (a Model from a model's files), ``fetch`` (model weights), ``bench`` (load test of a served
+model, see docs/bench.md) and ``operator``.
 
 Exit status: 0 when every input is satisfiable, 3 when one is not, 2 for invalid input (the message names the
 field; no traceback).
@@ -102,6 +103,22 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_model_inspect(args: argparse.Namespace) -> int:
+    """Print the Model read from a Hugging Face directory, a GGUF file or an ONNX model (docs/model-inspect.md)."""
+    from inference_backend.modelinfo import InspectError, inspect_path
+
+    try:
+        found = inspect_path(args.path, uri=args.uri, name=args.name, namespace=args.namespace)
+    except InspectError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.output == "json":
+        print(json.dumps(found.wire(), indent=2))
+    else:
+        sys.stdout.write(found.to_yaml())
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inference-backend", description=__doc__.splitlines()[0] if __doc__ else "")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +138,16 @@ def build_parser() -> argparse.ArgumentParser:
     ben = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint with guidellm (JSON, PNG, table)")
     add_bench_arguments(ben)
     ben.set_defaults(func=cmd_bench)
+    mod = sub.add_parser("model", help="model registry helpers: `model inspect PATH` prints a Model from the artifact")
+    ins = mod.add_subparsers(dest="model_command", required=True).add_parser(
+        "inspect", help="print a Model read from a Hugging Face directory, a GGUF file or an ONNX model"
+    )
+    ins.add_argument("path", help="a Hugging Face model directory, a .gguf file, a .onnx file or a directory with one")
+    ins.add_argument("--uri", help="spec.uri (where the operator fetches the weights); default: from a hub cache path")
+    ins.add_argument("--name", help="metadata.name (default: the directory or file name as a DNS label)")
+    ins.add_argument("--namespace", help="metadata.namespace (default: none, kubectl's current namespace)")
+    ins.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    ins.set_defaults(func=cmd_model_inspect)
     op = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     op.set_defaults(func=cmd_operator)
     try:

@@ -41,6 +41,13 @@ class ResolvedModel:
     credentials_secret: str | None = None
     tokenizer: Tokenizer | None = None
     model_ref: str | None = None
+    active_parameters: int | None = None
+    """Mixture of experts: parameters one token runs through (speed is rated by these; memory by ``parameters``)."""
+
+    @property
+    def rated_parameters(self) -> int:
+        """The parameters that set compute and bandwidth per token: the active ones of an MoE, else all."""
+        return self.active_parameters or self.parameters
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ DTYPE_BYTES: dict[str, float] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8
 # LM head left in fp16: a Llama-2-7B AWQ/GPTQ checkpoint is ~3.9 GB, i.e. ~4.6 bits per parameter overall.
 QUANT_BYTES: dict[str, float] = {
     "awq": 4.62 / 8, "gptq": 4.62 / 8, "bitsandbytes": 4.5 / 8, "fp8": 1.0, "int8": 1.0,
-    "f16": 2.0, "bf16": 2.0, "q8_0": 8.5 / 8, "q6_k": 6.56 / 8, "q5_k_m": 5.69 / 8, "q5_k_s": 5.54 / 8,
+    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 8.5 / 8, "q6_k": 6.56 / 8, "q5_k_m": 5.69 / 8, "q5_k_s": 5.54 / 8,
     "q5_0": 5.5 / 8, "q4_k_m": 4.89 / 8, "q4_k_s": 4.58 / 8, "q4_0": 4.5 / 8, "q3_k_m": 3.91 / 8, "q2_k": 3.35 / 8,
 }  # fmt: skip
 KV_DTYPE_BYTES: dict[str, float] = {

@@ -17,10 +17,10 @@ DType = Literal["float32", "float16", "bfloat16", "fp8", "int8", "int4"]
 # the q*/f16 ones are GGUF tensor types (llama.cpp ggml-quants).
 Quantization = Literal[
     "none", "awq", "gptq", "fp8", "int8", "bitsandbytes",
-    "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k",
+    "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k",
 ]  # fmt: skip
 GGUF_QUANTIZATIONS = frozenset(
-    {"f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k"}
+    {"f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k"}
 )
 PARAMETERS_PATTERN = r"^[0-9]+(\.[0-9]+)?[KMBT]$"
 URI_PATTERN = r"^(hf|s3|gs|pvc|oci|https)://.+$"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from inference_backend.api.common import (
     PARAMETERS_PATTERN,
@@ -23,10 +23,25 @@ class Tokenizer(ApiModel):
     """Tokenizer identity: a family name (llama3, llama2, qwen2, mistral) or a hash of tokenizer.json."""
     vocab_size: int = Field(ge=1)
     """Vocabulary size (number of token ids)."""
+    vocab_hash: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    """sha256 of the token strings in id order (`inference-backend model inspect` computes it from tokenizer.json
+    or the GGUF token list); when target and draft both have one, the draft check compares it."""
 
 
 class ModelSpec(ApiModel):
     """What a model is, so the operator can size it, pick an engine and check a draft model against it."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.activeExpertsPerToken) || !has(self.experts)"
+                    " || self.activeExpertsPerToken <= self.experts",
+                    "message": "activeExpertsPerToken must not exceed experts",
+                },
+            ]
+        }
+    }
 
     uri: str = Field(pattern=URI_PATTERN)
     """Where the weights are: hf://org/name, s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://image,
@@ -55,6 +70,19 @@ class ModelSpec(ApiModel):
     attention_heads: int | None = Field(default=None, ge=1)
     """Query heads (num_attention_heads): tensor parallelism must divide them, and divide (or be a multiple of)
     kvHeads. Absent: taken from the built-in architecture table when the uri names a known model."""
+    experts: int | None = Field(default=None, ge=2)
+    """Mixture of experts: routed experts per layer (num_local_experts). Absent for a dense model."""
+    active_experts_per_token: int | None = Field(default=None, ge=1)
+    """Mixture of experts: experts each token is routed to (num_experts_per_tok)."""
+    active_parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN)
+    """Mixture of experts: parameters one token uses (dense part + its active experts), e.g. 12.9B for an 8x7B
+    model. Memory is sized by parameters (all weights are loaded); speed is rated by activeParameters."""
+
+    @model_validator(mode="after")
+    def _experts(self) -> ModelSpec:  # mirrors the CEL rule above, for the offline CLI
+        if self.active_experts_per_token and self.experts and self.active_experts_per_token > self.experts:
+            raise ValueError(f"activeExpertsPerToken: {self.active_experts_per_token} exceeds experts {self.experts}")
+        return self
 
 
 class ObjectMeta(ApiModel):

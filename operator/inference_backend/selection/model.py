@@ -103,6 +103,7 @@ def resolve_model(
         credentials_secret=source.credentials_secret,
         tokenizer=registered.tokenizer if registered else None,
         model_ref=source.model_ref,
+        active_parameters=_active_parameters(registered, parameters, field),
     )
     return resolved, reasons
 
@@ -139,6 +140,17 @@ def _shape(registered: ModelSpec | None, uri: str | None, parameters: int, param
     return shape, source, reasons
 
 
+def _active_parameters(registered: ModelSpec | None, parameters: int, field: str) -> int | None:
+    """A registered MoE Model's active parameters (at most its total), or None."""
+    if registered is None or registered.active_parameters is None:
+        return None
+    active = parse_parameters(registered.active_parameters)
+    if active > parameters:
+        raise InvalidSpec(f"{field}.modelRef", f"the Model's activeParameters {registered.active_parameters} exceed "
+                                               f"the parameters served ({parameters / 1e9:.2f}B)")  # fmt: skip
+    return active
+
+
 def resolve_draft(name: str, registry: Mapping[str, ModelSpec]) -> ResolvedModel:
     """The draft model of speculative decoding: always a registered Model."""
     return resolve_model(ModelSource(model_ref=name), registry, "spec.speculativeDecoding.draftModelRef")[0]
@@ -151,7 +163,10 @@ def draft_incompatibility(target: ResolvedModel, draft: ResolvedModel) -> str | 
                 "(serve a registered Model via spec.model.modelRef with spec.tokenizer)")  # fmt: skip
     if draft.tokenizer is None:
         return f"draft {draft.model_ref} has no tokenizer facts (Model spec.tokenizer)"
-    if draft.tokenizer.family != target.tokenizer.family:
+    if target.tokenizer.vocab_hash and draft.tokenizer.vocab_hash:  # both read from the artifacts: the vocabularies
+        if draft.tokenizer.vocab_hash != target.tokenizer.vocab_hash:
+            return "the draft's vocabulary (vocabHash) differs from the target's"
+    elif draft.tokenizer.family != target.tokenizer.family:
         return f"tokenizer {draft.tokenizer.family} of the draft differs from the target's {target.tokenizer.family}"
     if draft.tokenizer.vocab_size != target.tokenizer.vocab_size:
         return (f"vocabulary size {draft.tokenizer.vocab_size} of the draft differs from the target's "

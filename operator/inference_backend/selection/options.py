@@ -103,8 +103,10 @@ def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str, 
 def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: float) -> tuple[float, float]:
     """Estimated TTFT (ms) and aggregate tokens/s, scaled from the engine's 7B reference profile."""
     profile = card(engine).profiles["gpu" if placement.gpu is not None else "cpu"]
-    size = model.parameters / 7e9
-    bytes_ratio = (7e9 * profile.bytes_per_param) / max(weights, 1.0)
+    # compute and weight bytes read per token follow the rated (MoE: active) parameters; memory holds all weights
+    rated = model.rated_parameters
+    size = rated / 7e9
+    bytes_ratio = (7e9 * profile.bytes_per_param) / max(weights * rated / model.parameters, 1.0)
     if placement.gpu is not None:
         tp = placement.gpus_per_replica
         speed = placement.gpu.speed * tp * _TP_EFFICIENCY ** math.log2(tp)

@@ -44,7 +44,9 @@ from inference_backend.selection.planning import tokens_per_sequence
 
 def _describe_model(m: ResolvedModel) -> str:
     q = "" if m.quantization == "none" else f", {m.quantization}"
-    return f"model: {m.parameters / 1e9:.2f}B parameters, {m.format}, {m.dtype}{q}, context {m.context_length}"
+    active = f" ({m.active_parameters / 1e9:.2f}B active per token)" if m.active_parameters else ""
+    return (f"model: {m.parameters / 1e9:.2f}B parameters{active}, {m.format}, {m.dtype}{q}, "
+            f"context {m.context_length}")  # fmt: skip
 
 
 def _draft(spec: InferenceBackendSpec, model: ResolvedModel, registry: Mapping[str, ModelSpec]
