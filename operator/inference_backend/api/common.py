@@ -7,6 +7,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from inference_backend.names import DNS1123_SUBDOMAIN
+
 GROUP = "serving.inferencebackend.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -25,6 +27,7 @@ GGUF_QUANTIZATIONS = frozenset(
 PARAMETERS_PATTERN = r"^[0-9]+(\.[0-9]+)?[KMBT]$"
 URI_PATTERN = r"^(hf|s3|gs|pvc|oci|https)://.+$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = DNS1123_SUBDOMAIN
 
 
 class ApiModel(BaseModel):

@@ -15,6 +15,14 @@ from typing import Any
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.inferencebackend import InferenceBackendSpec, InferenceBackendStatus
 from inference_backend.api.model import ModelSpec
+from inference_backend.names import MAX_NAME
+
+NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_NAME}",
+    "message": f"metadata.name: at most {MAX_NAME} characters (it names the Deployment, whose ReplicaSets append "
+    "11 characters to it)",
+}
+"""On the InferenceBackend's root: CEL may read metadata.name there (and only there)."""
 
 _KEEP = {
     "type", "description", "default", "enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength",
@@ -84,8 +92,9 @@ def _conditions_as_map(status: dict[str, Any]) -> None:
 
 
 def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[str, Any],
-         columns: list[dict[str, Any]], description: str) -> dict[str, Any]:  # fmt: skip
-    schema = {
+         columns: list[dict[str, Any]], description: str,
+         root_rules: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+    schema: dict[str, Any] = {
         "type": "object",
         "description": description,
         "required": ["spec"],
@@ -97,6 +106,8 @@ def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[
             "status": status,
         },
     }
+    if root_rules:
+        schema["x-kubernetes-validations"] = root_rules
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -158,7 +169,7 @@ def inference_backend_crd(rules: list[dict[str, str]], engines: str, backend: st
     return _crd(
         "InferenceBackend", "inferencebackends", "ib", spec, status, columns,
         f"InferenceBackend serves one model with the engine the operator selects ({engines}) and says why in "
-        "status.decision.",
+        "status.decision.", [NAME_RULE],
     )  # fmt: skip
 
 

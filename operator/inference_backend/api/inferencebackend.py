@@ -21,7 +21,7 @@ from inference_backend.api.common import (
     Toleration,
     sub,
 )
-from inference_backend.api.model import ObjectMeta
+from inference_backend.api.model import BackendMeta
 
 Engine = Literal["vllm", "tgi", "sglang", "llamacpp", "onnxruntime", "pytorch"]
 """The engines' names, in registry order: equal to inference_backend.engines.NAMES (tests/test_engine_cards.py).
@@ -293,7 +293,7 @@ class InferenceBackend(ApiModel):
     """API version."""
     kind: Literal["InferenceBackend"] = "InferenceBackend"
     """Kind."""
-    metadata: ObjectMeta
+    metadata: BackendMeta
     """Standard object metadata."""
     spec: InferenceBackendSpec
     """Desired state."""

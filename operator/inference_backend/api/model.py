@@ -7,6 +7,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from inference_backend.api.common import (
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     PARAMETERS_PATTERN,
     URI_PATTERN,
     ApiModel,
@@ -14,6 +16,7 @@ from inference_backend.api.common import (
     Format,
     Quantization,
 )
+from inference_backend.names import MAX_NAME
 
 
 class Tokenizer(ApiModel):
@@ -58,10 +61,18 @@ class ObjectMeta(ApiModel):
     """The part of metav1.ObjectMeta the operator reads."""
 
     model_config = ApiModel.model_config | {"extra": "allow"}
-    name: str
-    """Object name."""
-    namespace: str | None = None
+    name: str = Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
+    """Object name (a DNS-1123 subdomain, as the apiserver requires of custom resources)."""
+    namespace: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=63)
     """Object namespace."""
+
+
+class BackendMeta(ObjectMeta):
+    """An InferenceBackend's metadata: its name is also its Deployment's, whose ReplicaSets append 11 characters
+    (the CRD's root rule says the same)."""
+
+    name: str = Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=MAX_NAME)
+    """Object name: a DNS-1123 subdomain of at most 242 characters."""
 
 
 class Model(ApiModel):
