@@ -26,10 +26,14 @@ NAME_RULE = {
 
 _KEEP = {
     "type", "description", "default", "enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength",
-    "minItems", "maxItems", "items", "properties", "required", "additionalProperties", "exclusiveMinimum",
-    "exclusiveMaximum", "x-kubernetes-validations", "x-kubernetes-int-or-string",
-    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+    "minItems", "maxItems", "minProperties", "maxProperties", "items", "properties", "required",
+    "additionalProperties", "exclusiveMinimum", "exclusiveMaximum", "x-kubernetes-validations",
+    "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 }  # fmt: skip
+
+
+_BOUND_NAMES = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +57,8 @@ def to_openapi(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             node = {**branches[0], **{k: v for k, v in rest.items() if k != "default" or v is not None}}
         else:  # pragma: no cover - the models avoid other unions
             raise ValueError(f"cannot express union {node['anyOf']} in a structural schema")
+    # pydantic writes the bounds of an Annotated type inside Optional under their Python names (ge, le, ...).
+    node = {_BOUND_NAMES.get(k, k): v for k, v in node.items()}
     if "const" in node:
         node = {**node, "enum": [node.pop("const")]}
     out: dict[str, Any] = {}

@@ -9,11 +9,13 @@ from pydantic import Field
 from inference_backend.api.common import (
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
+    INT64_MAX,
     PARAMETERS_PATTERN,
     URI_PATTERN,
     ApiModel,
     DType,
     Format,
+    Int,
     Quantization,
 )
 from inference_backend.names import MAX_NAME
@@ -22,38 +24,38 @@ from inference_backend.names import MAX_NAME
 class Tokenizer(ApiModel):
     """Tokenizer identity: a draft model must share it with its target."""
 
-    family: str = Field(min_length=1)
+    family: str = Field(min_length=1, max_length=256)
     """Tokenizer identity: a family name (llama3, llama2, qwen2, mistral) or a hash of tokenizer.json."""
-    vocab_size: int = Field(ge=1)
+    vocab_size: Int = Field(ge=1, le=INT64_MAX)
     """Vocabulary size (number of token ids)."""
 
 
 class ModelSpec(ApiModel):
     """What a model is, so the operator can size it, pick an engine and check a draft model against it."""
 
-    uri: str = Field(pattern=URI_PATTERN)
+    uri: str = Field(pattern=URI_PATTERN, max_length=2048)
     """Where the weights are: hf://org/name, s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://image,
     https://host/file."""
     format: Format | None = None
     """Weight format: safetensors, gguf, onnx or pytorch. Inferred from the uri when it ends in .gguf, .onnx,
     .pt or .bin; otherwise safetensors."""
-    architecture: str | None = None
+    architecture: str | None = Field(default=None, max_length=256)
     """Hugging Face architecture class, e.g. LlamaForCausalLM, Qwen2ForCausalLM."""
-    parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN)
+    parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN, max_length=16)
     """Parameter count: 350M, 1.5B, 8B, 70B."""
     dtype: DType | None = None
     """Weight dtype: float32, float16, bfloat16, fp8, int8 or int4."""
     quantization: Quantization | None = None
     """Weight quantization: none, awq, gptq, fp8, int8, bitsandbytes, or a GGUF type such as q4_k_m or q8_0."""
-    context_length: int | None = Field(default=None, ge=1)
+    context_length: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Maximum context length in tokens."""
     tokenizer: Tokenizer | None = None
     """Tokenizer identity, needed to accept the model as a speculative-decoding draft or target."""
-    layers: int | None = Field(default=None, ge=1)
+    layers: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Transformer layers (num_hidden_layers), for KV cache sizing."""
-    kv_heads: int | None = Field(default=None, ge=1)
+    kv_heads: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Key/value heads (num_key_value_heads), for KV cache sizing."""
-    head_dim: int | None = Field(default=None, ge=1)
+    head_dim: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Dimension of one attention head, for KV cache sizing."""
 
 
