@@ -152,6 +152,15 @@ class ApiModel(BaseModel):
         allow_inf_nan=False,
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_absent(cls, data: Any) -> Any:
+        """The apiserver prunes null object fields before defaulting and validation (apiextensions v1, fields
+        not marked nullable): ``replicas: null`` is ``replicas: 1``. So here."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
     def wire(self) -> dict[str, Any]:
         """The object as it appears in YAML/JSON: camelCase keys, unset optional fields left out."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
