@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
@@ -64,8 +65,6 @@ def bounded_int(ge: int = 0, le: int = INT64_MAX) -> Any:
 
 def qualified_name(key: str) -> str:
     """Raise ValueError unless ``key`` is a valid label key."""
-    import re
-
     prefix, _, name = key.rpartition("/")
     if not re.match(QUALIFIED_NAME_PATTERN, key) or len(prefix) > 253 or len(name) > 63:
         raise ValueError(f"{key!r} is not a valid label key (an optional DNS-subdomain prefix and '/', then at "
@@ -90,8 +89,6 @@ LabelMap = Annotated[dict[str, LabelValue], AfterValidator(_label_keys)]
 
 
 def _quantity(value: Any) -> Any:
-    import re
-
     value = _integral(value)
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(f"{value!r}: a quantity is an integer or a string such as 500m or 32Gi")
@@ -127,8 +124,6 @@ RESOURCE_NAMES_RULE: dict[str, Any] = {
 
 
 def _resource_names(resources: dict[str, Any]) -> dict[str, Any]:
-    import re
-
     for key in resources:
         prefix = key.split("/")[0]
         if not re.match(RESOURCE_NAME_PATTERN, key) or len(key) > 253 or prefix.endswith("kubernetes.io"):
