@@ -11,6 +11,17 @@ from inference_backend.facts import GPUFacts, HardwareClass, pod_selector
 from inference_backend.quantity import gib
 
 
+def bounded(items: tuple[str, ...] | list[str], max_items: int = api.MAX_REASONS,
+            max_length: int = api.MAX_REASON) -> list[str]:  # fmt: skip
+    """At most ``max_items`` entries of at most ``max_length`` characters, whatever the cluster's size: the first
+    ones and the last one are kept (the path's start and its conclusion), the middle is elided with a count."""
+    out = [t if len(t) <= max_length else t[: max_length - 3] + "..." for t in items]
+    if len(out) > max_items:
+        elided = len(out) - (max_items - 1)
+        out = [*out[: max_items - 2], f"... {elided} more entries elided ...", out[-1]]
+    return out
+
+
 class InvalidSpec(ValueError):
     """The spec cannot be acted on until the user changes it; ``field`` names the offending field."""
 
@@ -238,10 +249,10 @@ class Decision:
         if p is not None:
             placement = api.Placement(
                 accelerator="gpu" if p.gpu else "cpu",
-                gpu_product=p.gpu.product if p.gpu else None,
+                gpu_product=bounded([p.gpu.product], 1, 253)[0] if p.gpu else None,
                 gpus_per_replica=p.gpus_per_replica,
                 tensor_parallel_size=p.tensor_parallel_size,
-                gpu_resource=p.gpu.resource if p.gpu else None,
+                gpu_resource=bounded([p.gpu.resource], 1, 317)[0] if p.gpu else None,
                 node_selector=dict(pod_selector(p.gpu)) if p.gpu and p.gpu.selector else None,
                 nodes=1 if p.gpu else None,
                 gpus_per_node=p.gpus_per_replica if p.gpu else None,
@@ -250,15 +261,20 @@ class Decision:
         elif self.multi_node is not None:
             mn = self.multi_node
             placement = api.Placement(
-                accelerator="gpu", gpu_product=mn.gpu.product, gpus_per_replica=mn.gpus_per_node * mn.nodes,
+                accelerator="gpu", gpu_product=bounded([mn.gpu.product], 1, 253)[0],
+                gpus_per_replica=mn.gpus_per_node * mn.nodes,
                 tensor_parallel_size=mn.gpus_per_node, gpu_resource=mn.gpu.resource, nodes=mn.nodes,
                 gpus_per_node=mn.gpus_per_node, pipeline_parallel_size=mn.nodes,
             )  # fmt: skip
+        rejected = self.rejected[: api.MAX_REASONS]
         return api.Decision(
-            reasons=list(self.reasons),
-            rejected=[api.Rejection.model_validate({"backend": b, "reason": r}) for b, r in self.rejected],
+            reasons=bounded(self.reasons),
+            rejected=[
+                api.Rejection.model_validate({"backend": b, "reason": r})
+                for (b, _), r in zip(rejected, bounded([r for _, r in rejected]), strict=True)
+            ],
             placement=placement,
             memory=self.memory.to_api() if self.memory else None,
             batching=self.batching.strategy if self.batching else None,
-            unsupported=list(self.unsupported),
+            unsupported=bounded(self.unsupported),
         )

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_backend.api import InferenceBackend, Model
+from inference_backend.api.common import MAX_MAP, LabelMap, Quantity
 from inference_backend.api.model import ModelSpec
 
 T = TypeVar("T", bound=BaseModel)
@@ -38,6 +39,48 @@ def explain(exc: ValidationError, prefix: str = "") -> str:
     return "\n".join(lines)
 
 
+class _Lenient(BaseModel):
+    """The shape of a v1 Node as far as facts.py reads it: types checked strictly, other fields allowed."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
+class _NodeMeta(_Lenient):
+    name: str = Field(min_length=1, max_length=253)
+    labels: LabelMap | None = None
+
+
+class _Taint(_Lenient):
+    key: str = Field(max_length=317)
+    value: str | None = Field(default=None, max_length=63)
+    effect: str = Field(max_length=64)
+
+
+class _NodeSpec(_Lenient):
+    unschedulable: bool | None = None
+    taints: list[_Taint] | None = None
+
+
+class _NodeCondition(_Lenient):
+    type: str
+    status: str
+
+
+class _NodeStatus(_Lenient):
+    allocatable: dict[str, Quantity] | None = Field(default=None, max_length=MAX_MAP)
+    capacity: dict[str, Quantity] | None = Field(default=None, max_length=MAX_MAP)
+    conditions: list[_NodeCondition] | None = None
+
+
+class NodeShape(_Lenient):
+    """A v1 Node of a node list: what the apiserver guarantees of the Nodes it serves (metadata.name, string labels,
+    quantities in allocatable and capacity, taints and conditions as mappings), checked before facts.py reads it."""
+
+    metadata: _NodeMeta
+    spec: _NodeSpec | None = None
+    status: _NodeStatus | None = None
+
+
 def documents(path: str | Path) -> Iterator[dict[str, Any]]:
     """Every object of a YAML file: several documents and ``kind: List`` items are flattened."""
     text = sys.stdin.read() if str(path) == "-" else Path(path).read_text()
@@ -51,13 +94,22 @@ def documents(path: str | Path) -> Iterator[dict[str, Any]]:
         if not isinstance(doc, dict):
             raise ManifestError(f"{path}: a document is not a mapping")
         if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            yield from (item for item in doc["items"] if isinstance(item, dict))
+            for i, item in enumerate(doc["items"]):
+                if not isinstance(item, dict):
+                    raise ManifestError(f"{path}: items[{i}]: not a mapping")
+                yield item
         else:
             yield doc
 
 
+def _name(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name", "?") if isinstance(meta, dict) else "?"
+    return name if isinstance(name, str) else repr(name)
+
+
 def _parse(cls: type[T], doc: dict[str, Any], path: str | Path) -> T:
-    name = (doc.get("metadata") or {}).get("name", "?")
+    name = _name(doc)
     try:
         return cls.model_validate(doc)
     except ValidationError as exc:
@@ -76,6 +128,7 @@ def load(path: str | Path) -> tuple[list[InferenceBackend], list[Model], list[di
         elif kind == "Model":
             models.append(_parse(Model, doc, path))
         elif kind == "Node":
+            _parse(NodeShape, doc, path)
             nodes.append(doc)
         else:
             raise ManifestError(f"{path}: unexpected kind {kind!r} (expected InferenceBackend, Model or Node)")

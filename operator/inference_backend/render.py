@@ -19,6 +19,7 @@ from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer
 from inference_backend.facts import pod_selector, tolerates
+from inference_backend.names import endpoint, label_value, service_name
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"
@@ -41,15 +42,22 @@ class Rendered:
 
 
 def object_names(ib: InferenceBackend) -> dict[str, str]:
-    """Names of the rendered objects (all in the InferenceBackend's namespace)."""
+    """Names of the rendered objects (all in the InferenceBackend's namespace): the Deployment and the
+    PodDisruptionBudget take the InferenceBackend's name (a subdomain of at most names.MAX_NAME characters, which
+    the CRD enforces), the Service a DNS-1035 label derived from it (names.service_name)."""
     name = ib.metadata.name
-    return {"Deployment": name, "Service": name, "PodDisruptionBudget": name}
+    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name}
+
+
+def service_endpoint(ib: InferenceBackend) -> str:
+    """In-cluster URL of the OpenAI-compatible API (status.endpoint): the Service's DNS name."""
+    return endpoint(ib.metadata.name, ib.metadata.namespace or "default")
 
 
 def selector_labels(ib: InferenceBackend) -> dict[str, str]:
     """The Deployment's selector. Immutable, so it holds nothing that can change (not the engine)."""
     return {
-        "app.kubernetes.io/instance": ib.metadata.name,
+        "app.kubernetes.io/instance": label_value(ib.metadata.name),
         "app.kubernetes.io/component": COMPONENT,
         "app.kubernetes.io/managed-by": MANAGED_BY,
     }
@@ -58,7 +66,7 @@ def selector_labels(ib: InferenceBackend) -> dict[str, str]:
 def labels(ib: InferenceBackend, engine: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": engine,
-        "app.kubernetes.io/instance": ib.metadata.name,
+        "app.kubernetes.io/instance": label_value(ib.metadata.name),
         "app.kubernetes.io/component": COMPONENT,
         "app.kubernetes.io/managed-by": MANAGED_BY,
         "app.kubernetes.io/part-of": PART_OF,
@@ -164,7 +172,8 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
         # No spare GPUs to surge into: a surge pod would sit Pending on a full GPU pool, so replace one at a time.
         deploy_spec["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     deploy_spec["template"] = template
-    meta = {"name": name, "namespace": namespace, "labels": dict(lbl)}
+    names = object_names(ib)
+    meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
     deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
     svc_ports: list[Json] = [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
     if c.metrics_port != 8000:
@@ -172,7 +181,7 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     service: Json = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(lbl)},
+        "metadata": {"name": names["Service"], "namespace": namespace, "labels": dict(lbl)},
         "spec": {"type": "ClusterIP", "selector": selector_labels(ib), "ports": svc_ports},
     }
     objects: list[Json] = [deployment, service]
@@ -180,7 +189,7 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
         objects.append({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(lbl)},
+            "metadata": {"name": names["PodDisruptionBudget"], "namespace": namespace, "labels": dict(lbl)},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(ib)}},
         })  # fmt: skip
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)

@@ -15,13 +15,25 @@ from typing import Any
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.inferencebackend import InferenceBackendSpec, InferenceBackendStatus
 from inference_backend.api.model import ModelSpec
+from inference_backend.names import MAX_NAME
+
+NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_NAME}",
+    "message": f"metadata.name: at most {MAX_NAME} characters (it names the Deployment, whose ReplicaSets append "
+    "11 characters to it)",
+}
+"""On the InferenceBackend's root: CEL may read metadata.name there (and only there)."""
 
 _KEEP = {
     "type", "description", "default", "enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength",
-    "minItems", "maxItems", "items", "properties", "required", "additionalProperties", "exclusiveMinimum",
-    "exclusiveMaximum", "x-kubernetes-validations", "x-kubernetes-int-or-string",
-    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+    "minItems", "maxItems", "minProperties", "maxProperties", "items", "properties", "required",
+    "additionalProperties", "exclusiveMinimum", "exclusiveMaximum", "x-kubernetes-validations",
+    "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 }  # fmt: skip
+
+
+_BOUND_NAMES = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +57,8 @@ def to_openapi(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             node = {**branches[0], **{k: v for k, v in rest.items() if k != "default" or v is not None}}
         else:  # pragma: no cover - the models avoid other unions
             raise ValueError(f"cannot express union {node['anyOf']} in a structural schema")
+    # pydantic writes the bounds of an Annotated type inside Optional under their Python names (ge, le, ...).
+    node = {_BOUND_NAMES.get(k, k): v for k, v in node.items()}
     if "const" in node:
         node = {**node, "enum": [node.pop("const")]}
     out: dict[str, Any] = {}
@@ -84,8 +98,9 @@ def _conditions_as_map(status: dict[str, Any]) -> None:
 
 
 def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[str, Any],
-         columns: list[dict[str, Any]], description: str) -> dict[str, Any]:  # fmt: skip
-    schema = {
+         columns: list[dict[str, Any]], description: str,
+         root_rules: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+    schema: dict[str, Any] = {
         "type": "object",
         "description": description,
         "required": ["spec"],
@@ -97,6 +112,8 @@ def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[
             "status": status,
         },
     }
+    if root_rules:
+        schema["x-kubernetes-validations"] = root_rules
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -158,7 +175,7 @@ def inference_backend_crd(rules: list[dict[str, str]], engines: str, backend: st
     return _crd(
         "InferenceBackend", "inferencebackends", "ib", spec, status, columns,
         f"InferenceBackend serves one model with the engine the operator selects ({engines}) and says why in "
-        "status.decision.",
+        "status.decision.", [NAME_RULE],
     )  # fmt: skip
 
 

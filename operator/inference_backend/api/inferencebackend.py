@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from inference_backend.api.common import (
-    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     GGUF_QUANTIZATIONS,
+    IMAGE_PATTERN,
+    INT64_MAX,
+    LABEL_KEYS_RULE,
+    MAX_LIST,
+    MAX_MAP,
+    MAX_STR,
     PARAMETERS_PATTERN,
     URI_PATTERN,
     ApiModel,
@@ -16,12 +22,14 @@ from inference_backend.api.common import (
     DType,
     EnvVar,
     Format,
+    Int,
+    LabelMap,
     Quantization,
     ResourceRequirements,
     Toleration,
     sub,
 )
-from inference_backend.api.model import ObjectMeta
+from inference_backend.api.model import BackendMeta
 
 Engine = Literal["vllm", "tgi", "sglang", "llamacpp", "onnxruntime", "pytorch"]
 """The engines' names, in registry order: equal to inference_backend.engines.NAMES (tests/test_engine_cards.py).
@@ -29,6 +37,10 @@ What each engine can do is on its card (engines/<name>.py), not here."""
 Backend = Literal["auto", Engine]
 Strategy = Literal["auto", "static", "dynamic", "continuous"]
 Phase = Literal["Pending", "Deploying", "Ready", "Degraded", "Failed"]
+MAX_REASONS = 64
+"""Entries of status.decision.reasons, rejected and unsupported (the CRD's maxItems; status.py elides beyond)."""
+MAX_REASON = 1024
+"""Characters of one reason (the CRD's maxLength; status.py truncates beyond)."""
 _GGUF_LIST = "[" + ", ".join(f"'{q}'" for q in sorted(GGUF_QUANTIZATIONS)) + "]"
 
 
@@ -48,26 +60,26 @@ class ModelSource(ApiModel):
             ]
         }
     }
-    model_ref: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=253)
+    model_ref: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """Name of a Model in the same namespace."""
-    uri: str | None = Field(default=None, pattern=URI_PATTERN)
+    uri: str | None = Field(default=None, pattern=URI_PATTERN, max_length=2048)
     """Where the weights are: hf://org/name, s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://image,
     https://host/file."""
     format: Format | None = None
     """Weight format: safetensors, gguf, onnx or pytorch (inferred from the uri where it is plain)."""
-    architecture: str | None = None
+    architecture: str | None = Field(default=None, max_length=256)
     """Hugging Face architecture class, e.g. LlamaForCausalLM."""
-    parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN)
+    parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN, max_length=16)
     """Parameter count: 350M, 1.5B, 8B, 70B. Needed to size the model."""
     dtype: DType | None = None
     """Weight dtype: float32, float16, bfloat16, fp8, int8 or int4."""
     quantization: Quantization | None = None
     """Weight quantization: none, awq, gptq, fp8, int8, bitsandbytes, or a GGUF type (q4_k_m, q8_0, ...)."""
-    context_length: int | None = Field(default=None, ge=1)
+    context_length: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Maximum context length in tokens served (the engine's max model length)."""
-    served_name: str | None = None
+    served_name: str | None = Field(default=None, min_length=1, max_length=256)
     """Name clients send in OpenAI-style requests (default: the InferenceBackend's name)."""
-    credentials_secret: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=253)
+    credentials_secret: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """Name of a Secret with the token for the model store (key HF_TOKEN for hf://, AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY for s3://, GOOGLE_APPLICATION_CREDENTIALS_JSON for gs://). Never inline tokens."""
 
@@ -83,11 +95,11 @@ class ModelSource(ApiModel):
 class Objectives(ApiModel):
     """What the selection tree balances. Absent fields are not targets."""
 
-    ttft_millis: int | None = Field(default=None, ge=1)
+    ttft_millis: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Target p95 time to first token, in milliseconds."""
-    tokens_per_second: int | None = Field(default=None, ge=1)
+    tokens_per_second: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Target aggregate output tokens per second per replica."""
-    concurrency: int | None = Field(default=None, ge=1)
+    concurrency: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Expected concurrent requests per replica."""
     prompt_tokens: int | None = Field(default=None, ge=1)
     """Typical prompt length per request, in tokens (default 512): with outputTokens, the KV cache one request
@@ -101,11 +113,13 @@ class Hardware(ApiModel):
 
     accelerator: Literal["auto", "gpu", "cpu"] = "auto"
     """auto (a GPU when one fits, else CPU), gpu or cpu."""
-    gpu_products: list[str] = Field(default_factory=list)
+    gpu_products: list[Annotated[str, Field(min_length=1, max_length=63)]] = Field(default_factory=list, max_length=32)
     """Preferred nvidia.com/gpu.product values, most preferred first."""
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: LabelMap = Field(
+        default_factory=dict, max_length=MAX_MAP, json_schema_extra={"x-kubernetes-validations": [LABEL_KEYS_RULE]}
+    )
     """Node labels the engine pod must match (also restricts the nodes the selection considers)."""
-    tolerations: list[Toleration] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_LIST)
     """Tolerations for the engine pod (tainted nodes are candidates only when tolerated)."""
 
 
@@ -114,11 +128,11 @@ class Batching(ApiModel):
 
     strategy: Strategy = "auto"
     """auto (the best the engine has: continuous, then dynamic, then static), static, dynamic or continuous."""
-    max_batch_size: int | None = Field(default=None, ge=1, le=65536)
+    max_batch_size: Int | None = Field(default=None, ge=1, le=65536)
     """Sequences in one batch."""
-    max_batch_tokens: int | None = Field(default=None, ge=1)
+    max_batch_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Tokens in one forward pass (prefill budget)."""
-    max_wait_millis: int | None = Field(default=None, ge=0, le=60000)
+    max_wait_millis: Int | None = Field(default=None, ge=0, le=60000)
     """Dynamic batching window: how long to wait for more requests before running a batch."""
 
 
@@ -127,12 +141,12 @@ class KVCache(ApiModel):
 
     memory_fraction: float = Field(default=0.9, gt=0, le=1)
     """Share of accelerator (or node) memory the engine may take for weights and KV cache, in (0, 1]."""
-    block_size: int = Field(default=16, ge=1, le=256)
+    block_size: Int = Field(default=16, ge=1, le=256)
     """PagedAttention block size in tokens, where the engine has blocks."""
     dtype: Literal["auto", "fp8", "float16", "bfloat16", "q8_0", "q4_0"] = "auto"
     """KV cache dtype: auto (the model's), fp8, float16, bfloat16, or the block-quantized types q8_0 and q4_0."""
-    cpu_offload_gi_b: float = Field(default=0, ge=0, alias="cpuOffloadGiB")
-    """CPU memory for KV offload/swap, in GiB (0 = none)."""
+    cpu_offload_gi_b: float = Field(default=0, ge=0, le=1048576, alias="cpuOffloadGiB")
+    """CPU memory for KV offload/swap, in GiB (0 = none, at most 1048576 = 1 PiB)."""
 
 
 class PrefixCache(ApiModel):
@@ -155,9 +169,9 @@ class SpeculativeDecoding(ApiModel):
             ]
         }
     }
-    draft_model_ref: str | None = Field(default=None, pattern=DNS_LABEL_PATTERN, max_length=253)
+    draft_model_ref: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """A registered Model used as the draft; it must share tokenizer and vocabulary with the target."""
-    num_speculative_tokens: int = Field(default=5, ge=1, le=16)
+    num_speculative_tokens: Int = Field(default=5, ge=1, le=16)
     """Draft tokens verified per step (the verification block), 1 to 16."""
     method: Literal["draft", "ngram"] = "draft"
     """draft (a draft model) or ngram (prompt lookup, no draft model)."""
@@ -172,11 +186,11 @@ class SpeculativeDecoding(ApiModel):
 class EngineOverrides(ApiModel):
     """Escape hatches, applied last and validated: an extra arg may not repeat a flag the operator sets."""
 
-    image: str = ""
+    image: str = Field(default="", pattern=IMAGE_PATTERN, max_length=MAX_STR)
     """Override the engine image (default: the pinned image of the chosen engine)."""
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=128)
     """Extra engine arguments appended after the rendered ones."""
-    env: list[EnvVar] = Field(default_factory=list)
+    env: list[EnvVar] = Field(default_factory=list, max_length=MAX_LIST)
     """Extra environment variables for the engine container."""
 
 
@@ -203,7 +217,7 @@ class InferenceBackendSpec(ApiModel):
     """Prefix caching."""
     speculative_decoding: SpeculativeDecoding | None = None
     """Speculative decoding; absent means off."""
-    replicas: int = Field(default=1, ge=0, le=1000)
+    replicas: Int = Field(default=1, ge=0, le=1000)
     """Engine replicas."""
     engine: EngineOverrides = sub(EngineOverrides)
     """Escape hatches for the engine container."""
@@ -216,7 +230,7 @@ class Rejection(ApiModel):
 
     backend: Engine
     """The engine."""
-    reason: str
+    reason: str = Field(max_length=MAX_REASON)
     """Why it was not chosen."""
 
 
@@ -225,13 +239,13 @@ class Placement(ApiModel):
 
     accelerator: Literal["gpu", "cpu"] | None = None
     """gpu or cpu."""
-    gpu_product: str | None = None
+    gpu_product: str | None = Field(default=None, max_length=253)
     """nvidia.com/gpu.product of the chosen nodes."""
-    gpus_per_replica: int = 0
+    gpus_per_replica: Int = Field(default=0, ge=0, le=INT64_MAX)
     """GPUs per replica (0 on CPU)."""
-    tensor_parallel_size: int = 0
+    tensor_parallel_size: Int = Field(default=0, ge=0, le=INT64_MAX)
     """Tensor-parallel degree (equals gpusPerReplica; 0 on CPU)."""
-    gpu_resource: str | None = None
+    gpu_resource: str | None = Field(default=None, max_length=317)
     """Extended resource requested: nvidia.com/gpu, or nvidia.com/mig-<profile> for MIG slices."""
     node_selector: dict[str, str] | None = None
     """The node label identifying the GPU that the pods select (GFD's product, GKE's accelerator, Karpenter's GPU
@@ -261,42 +275,44 @@ class MemoryReport(ApiModel):
 class Decision(ApiModel):
     """The selection's outcome and how it got there."""
 
-    reasons: list[str] = Field(default_factory=list)
-    """The decision path, in order."""
-    rejected: list[Rejection] = Field(default_factory=list)
+    reasons: list[Annotated[str, Field(max_length=MAX_REASON)]] = Field(default_factory=list, max_length=MAX_REASONS)
+    """The decision path, in order (at most 64 entries of 1024 characters: the operator elides the middle)."""
+    rejected: list[Rejection] = Field(default_factory=list, max_length=MAX_REASONS)
     """Candidates not chosen, each with its reason."""
     placement: Placement | None = None
     """Hardware of one replica."""
     memory: MemoryReport | None = None
     """Memory fit of one replica."""
-    batching: str | None = None
+    batching: str | None = Field(default=None, max_length=64)
     """The batching strategy in effect."""
-    unsupported: list[str] = Field(default_factory=list)
+    unsupported: list[Annotated[str, Field(max_length=MAX_REASON)]] = Field(
+        default_factory=list, max_length=MAX_REASONS
+    )
     """Requested features the chosen engine lacks, and what is done instead."""
 
 
 class InferenceBackendStatus(ApiModel):
     """Observed state, written by the operator only."""
 
-    observed_generation: int | None = None
+    observed_generation: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """The metadata.generation last reconciled."""
     phase: Phase | None = None
     """Pending, Deploying, Ready, Degraded or Failed."""
-    backend: str | None = None
+    backend: str | None = Field(default=None, max_length=64)
     """The engine chosen."""
     decision: Decision | None = None
     """Why this engine and placement."""
-    endpoint: str | None = None
+    endpoint: str | None = Field(default=None, max_length=MAX_STR)
     """In-cluster URL of the OpenAI-compatible API."""
-    replicas: int | None = None
+    replicas: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """Desired replicas."""
-    ready_replicas: int | None = None
+    ready_replicas: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """Replicas ready to serve."""
-    ready: str | None = None
+    ready: str | None = Field(default=None, max_length=64)
     """readyReplicas/replicas, for kubectl get."""
-    spec_hash: str | None = None
+    spec_hash: str | None = Field(default=None, max_length=128)
     """Hash of the rendered pod template last applied."""
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
     """BackendSelected, Fits, SpeculativeDecoding and Ready."""
 
 
@@ -308,7 +324,7 @@ class InferenceBackend(ApiModel):
     """API version."""
     kind: Literal["InferenceBackend"] = "InferenceBackend"
     """Kind."""
-    metadata: ObjectMeta
+    metadata: BackendMeta
     """Standard object metadata."""
     spec: InferenceBackendSpec
     """Desired state."""

@@ -1,0 +1,67 @@
+"""The long fuzz run: N specs generated from the CRD's schema (default 10,000) against garbage node lists, each
+checked by ib_testkit.fuzz.run_case (pydantic and the CRD agree; select/render never raise; children valid).
+
+    python -m bench.fuzz [--cases N] [--seed S]
+
+Prints the counts (cases, crashes, admitted, refused by pydantic and why, CLI exit statuses, children rendered)
+as JSON; exit 1 when any case crashed. Cases come from hypothesis's generators (no
+shrinking: the first failures are printed as they are).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from ib_testkit.fuzz import Crash, backends, cel_messages, child_name_problems, node_lists, run_case
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--cases", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=14)
+    args = parser.parse_args(argv)
+    cel = cel_messages()
+    counts: Counter[str] = Counter()
+    failures: list[str] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+
+        @settings(max_examples=args.cases, deadline=None, database=None, derandomize=False,
+                  suppress_health_check=list(HealthCheck), phases=["generate"])  # fmt: skip
+        @given(backends(), node_lists())
+        def case(body: dict, nodes: dict) -> None:  # type: ignore[type-arg]
+            counts["cases"] += 1
+            try:
+                outcome = run_case(body, nodes, Path(tmp), cel)
+            except Crash as exc:
+                counts["crashes"] += 1
+                if len(failures) < 5:
+                    failures.append(f"{exc}\n  spec: {json.dumps(body)[:2000]}\n  nodes: {json.dumps(nodes)[:1000]}")
+                return
+            counts["admitted by pydantic" if outcome.pydantic_ok else "refused by pydantic"] += 1
+            counts["structurally valid"] += outcome.structural_ok
+            counts[f"select exit {outcome.select_rc}"] += 1
+            counts[f"render exit {outcome.render_rc}"] += 1
+            counts["children rendered"] += len(outcome.children)
+            problems = child_name_problems(outcome.children)
+            counts["invalid child names"] += len(problems)
+
+        random.seed(args.seed)
+        case()
+    counts["seconds"] = round(time.perf_counter() - started)
+    print(json.dumps(dict(sorted(counts.items())), indent=1))
+    for f in failures:
+        print(f, file=sys.stderr)
+    return 1 if counts["crashes"] or counts["invalid child names"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The apiserver's own verdict (server-side dry-run) on generated InferenceBackends and on their rendered children.
+
+- Every generated spec (from the CRD's schema, ib_testkit.fuzz) is admitted by the apiserver exactly when pydantic
+  admits it: the CRD and the offline CLI agree in both directions, CEL rules included.
+- Every child that `inference-backend render` gives for an admitted spec passes the apiserver's validation
+  (Deployment, Service, PodDisruptionBudget created with dryRun=All and strict field validation).
+- The awkward names of the issue (llama.chat, 1abc, qwen2.5-7b-instruct, 63+ characters) render children the
+  apiserver accepts.
+
+IB_E2E_FUZZ sets the number of generated cases (default 200). Nothing is persisted: every request is a dry run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from ib_testkit.fuzz import backends, cel_messages, run_case
+from inference_backend.crdgen import render_all
+
+ROOT = Path(__file__).resolve().parents[1]
+NODES = yaml.safe_load((ROOT / "docs/examples/nodes/mixed.yaml").read_text())
+CASES = int(os.environ.get("IB_E2E_FUZZ", "200"))
+PATHS = {
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "InferenceBackend": "/apis/serving.inferencebackend.io/v1alpha1/namespaces/{ns}/inferencebackends",
+}
+DRY = {"dryRun": "All", "fieldValidation": "Strict"}
+COUNTS: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def crds(kube_http: Any, wait_until: Any) -> None:
+    for text in render_all().values():
+        doc = yaml.safe_load(text)
+        name = doc["metadata"]["name"]
+        r = kube_http.patch(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+                            params={"fieldManager": "e2e-admission", "force": "true"}, content=json.dumps(doc),
+                            headers={"Content-Type": "application/apply-patch+yaml"})  # fmt: skip
+        assert r.status_code in (200, 201), r.text
+
+        def established(n: str = name) -> bool:
+            got = kube_http.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}").json()
+            return any(c["type"] == "Established" and c["status"] == "True" for c in got["status"]["conditions"])
+
+        wait_until(f"CRD {name} established", established, timeout=30)
+
+
+def dry_create(kube_http: Any, obj: dict[str, Any]) -> tuple[bool, str]:
+    ns = obj["metadata"].get("namespace") or "default"
+    r = kube_http.post(PATHS[obj["kind"]].format(ns=ns), params=DRY, content=json.dumps(obj),
+                       headers={"Content-Type": "application/json"})  # fmt: skip
+    if r.status_code in (200, 201):
+        return True, ""
+    assert r.status_code in (400, 422), f"{r.status_code}: {r.text}"  # refused as invalid, not an apiserver fault
+    return False, r.json().get("message", r.text)
+
+
+def _check(kube_http: Any, body: dict[str, Any], tmp: Path) -> None:
+    outcome = run_case(body, NODES, tmp, CEL)
+    admitted, why = dry_create(kube_http, body)
+    COUNTS["cases"] += 1
+    COUNTS["admitted" if admitted else "refused"] += 1
+    assert admitted == outcome.offline_ok, (
+        f"apiserver {'admits' if admitted else 'refuses'} ({why}) but the CLI "
+        f"{'admits' if outcome.offline_ok else 'refuses'} ({outcome.pydantic_errors}): {json.dumps(body)[:3000]}"
+    )
+    for child in outcome.children:
+        ok, why = dry_create(kube_http, child)
+        COUNTS[f"{child['kind']} dry-run created"] += 1
+        assert ok, f"the apiserver refuses the rendered {child['kind']} {child['metadata']['name']}: {why}"
+
+
+CEL = cel_messages()
+AWKWARD = ["llama.chat", "1abc", "qwen2.5-7b-instruct", "a" * 64, "x." * 100 + "y", "b" * 242]
+
+
+@pytest.mark.parametrize("name", AWKWARD)
+def test_awkward_names_render_valid_children(kube_http: Any, name: str, tmp_path: Path) -> None:
+    body = {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct", "parameters": "0.5B"}, "replicas": 2},
+    }
+    outcome = run_case(body, NODES, tmp_path, CEL)
+    assert outcome.render_rc == 0 and {c["kind"] for c in outcome.children} == {
+        "Deployment", "Service", "PodDisruptionBudget"}  # fmt: skip
+    _check(kube_http, body, tmp_path)
+
+
+def test_a_name_over_242_characters_is_refused_by_both(kube_http: Any, tmp_path: Path) -> None:
+    body = {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "c" * 243, "namespace": "default"},
+        "spec": {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct", "parameters": "0.5B"}},
+    }
+    _check(kube_http, body, tmp_path)
+
+
+@settings(
+    max_examples=CASES,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)  # no shrinking: each example costs apiserver round trips
+@given(body=backends())
+def test_generated_specs_agree_with_the_apiserver_and_render_valid_children(kube_http: Any, body: Any) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        _check(kube_http, body, Path(tmp))
+
+
+def test_report_counts() -> None:
+    """Prints what the generated cases covered (run with -s to see it)."""
+    print(json.dumps(dict(sorted(COUNTS.items()))))
+    assert COUNTS["cases"] > 0
