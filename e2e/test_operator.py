@@ -262,6 +262,50 @@ def test_unsatisfiable_update_keeps_serving(operator: Operator, ns: str, wait_un
     assert "Unsatisfiable" in events
 
 
+def test_backends_applied_together_never_overcommit_gpus(operator: Operator, ns: str, wait_until: Any) -> None:
+    """Three 1-GPU backends applied at once (one apply, as an Argo CD sync does) to the one A10G: one is placed,
+    two wait saying why (the numbers and who holds the GPU), and one of them starts once the GPU is released."""
+    docs = []
+    for i in range(3):
+        doc = example("pytorch-research.yaml", ns)
+        doc["metadata"]["name"] = f"contend-{i}"
+        doc["spec"]["hardware"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A10G"}
+        docs.append(doc)
+    names = [d["metadata"]["name"] for d in docs]
+    kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", stdin=yaml.safe_dump_all(docs))
+
+    def phases() -> dict[str, str]:
+        return {n: (ib(ns, n).get("status") or {}).get("phase", "") for n in names}
+
+    seen: list[dict[str, str]] = []
+
+    def settled() -> dict[str, str] | None:
+        p = phases()
+        seen[:] = [p]
+        return p if sorted(p.values()) == ["Pending", "Pending", "Ready"] else None
+
+    try:
+        first = wait_until("one Ready, two Pending", settled, timeout=60)
+    except BaseException:
+        print("phases:", seen, kubectl("get", "ib", "-A"), kubectl("describe", "ib", "-n", ns))
+        raise
+    deployments = [d["metadata"]["name"] for d in get_json("deployments", "-n", ns)["items"]]
+    placed = next(n for n, p in first.items() if p == "Ready")
+    assert deployments == [placed], deployments
+    waiting = [n for n, p in first.items() if p == "Pending"]
+    described = kubectl("describe", "ib", waiting[0], "-n", ns)
+    for text in ("InsufficientCapacity", "needs 1 NVIDIA-A10G", "0 free", f"{ns}/{placed} (1)"):
+        assert text in described, (text, described)
+    kubectl("delete", "ib", placed, "-n", ns)
+    names.remove(placed)
+    started = time.monotonic()
+    after = wait_until("a waiting backend starts once the GPU is released",
+                       lambda: sorted((p := phases()).values()) == ["Pending", "Ready"] and p, timeout=30)  # fmt: skip
+    print(f"waiting backend Ready {time.monotonic() - started:.1f} s after the release")
+    now_placed = next(n for n, p in after.items() if p == "Ready")
+    assert [d["metadata"]["name"] for d in get_json("deployments", "-n", ns)["items"]] == [now_placed]
+
+
 @pytest.mark.parametrize(
     ("patch", "field"),
     [

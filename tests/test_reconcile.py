@@ -11,8 +11,9 @@ import random
 from typing import Any
 
 from ib_testkit.factories import MODELS, node
+from inference_backend.capacity import GpuLedger
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, Child, GpuLedger, Recent, World, reconcile
+from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
 
 
 class Recorder:

@@ -126,9 +126,6 @@ def _owner(body: kopf.Body, trigger: str, type: str | None, memo: kopf.Memo) -> 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 async def on_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    meta = body["metadata"]
-    gpus = None if type == "DELETED" else Child(None, dict(body)).gpus
-    _state(memo).gpus.set((meta["namespace"], meta["name"]), gpus)
     _owner(body, "deployment", type, memo)
 
 

@@ -80,10 +80,12 @@ class NodeClasses:
             metrics.NODE_CLASSES.labels("cpu").set(sum(1 for c in grouped if not c.has_gpu))
         return grouped
 
-    async def run(self, client: AsyncClient, on_change: Callable[[], None]) -> None:
+    async def run(self, client: AsyncClient, on_change: Callable[[], None],
+                  on_added: Callable[[], None] | None = None) -> None:  # fmt: skip
         """List, then watch from the listing's resourceVersion; list again when the watch expires or fails.
 
-        ``on_change`` is called after the recorded classes changed (not for the first listing)."""
+        ``on_change`` is called after the recorded classes changed (not for the first listing); ``on_added`` after
+        a node appeared (capacity that backends waiting for GPUs may use)."""
         delay = 1.0
         while True:
             try:
@@ -92,16 +94,22 @@ class NodeClasses:
                 async for item in listing:  # fetched 500 at a time, parsed one by one: no list of 5,000 Nodes
                     name, cls = hardware_class(item.to_dict())
                     seen[name] = self._classes.setdefault(cls, cls)
+                known = len(self.by_name)
                 changed = self.replace_classes(seen)
                 if self.ready.is_set() and changed:
                     on_change()
+                if self.ready.is_set() and on_added is not None and len(self.by_name) > known:
+                    on_added()
                 self.ready.set()
                 log.info("nodes listed: %d in %d hardware classes", len(seen), len(self.grouped()))
                 async for op, node in client.watch(Node, resource_version=listing.resourceVersion):
                     body = node.to_dict()
                     name = str((body.get("metadata") or {}).get("name", "?"))
+                    new = op != "DELETED" and name not in self.by_name
                     if self.remove(name) if op == "DELETED" else self.update(body):
                         on_change()
+                    if new and on_added is not None:
+                        on_added()
                     delay = 1.0
             except asyncio.CancelledError:
                 raise

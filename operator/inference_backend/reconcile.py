@@ -20,9 +20,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from inference_backend import metrics, status
-from inference_backend.api import InferenceBackend
+from inference_backend.api import InferenceBackend, InferenceBackendSpec
 from inference_backend.api.common import GROUP
 from inference_backend.api.model import ModelSpec
+from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
 from inference_backend.kube import Kube, owned
 from inference_backend.manifests import explain
@@ -71,43 +72,6 @@ def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
     slim = slim_child("Deployment", dict(body.get("spec") or {}), dict(body.get("status") or {}))
     observed = status.Observed.from_deployment(slim)
     return (observed, slim["spec"]["template"])
-
-
-class GpuLedger:
-    """Devices per pool (facts/pools.py) requested by each backend's Deployment, with running totals: the sum over
-    the other backends costs O(pools), not a pass over every child (at 1,000 backends that pass was a quarter of the
-    operator's CPU, measured with py-spy during bench/operator_scale.py)."""
-
-    def __init__(self) -> None:
-        self._by_owner: dict[tuple[str, str], tuple[Pool, int]] = {}
-        self._totals: dict[Pool, int] = {}
-
-    def set(self, owner: tuple[str, str], gpus: tuple[Pool, int] | None) -> None:
-        """Record what ``owner``'s Deployment requests now (None or 0 GPUs: nothing, as when it is deleted)."""
-        old = self._by_owner.pop(owner, None)
-        if old is not None:
-            self._add(old, -1)
-        if gpus is not None and gpus[1]:
-            self._by_owner[owner] = gpus
-            self._add(gpus, 1)
-
-    def _add(self, gpus: tuple[Pool, int], sign: int) -> None:
-        pool, count = gpus
-        total = self._totals.get(pool, 0) + sign * count
-        if total:
-            self._totals[pool] = total
-        else:
-            self._totals.pop(pool, None)
-
-    def excluding(self, owner: tuple[str, str]) -> dict[Pool, int]:
-        """Devices per pool requested by every Deployment but ``owner``'s."""
-        used = dict(self._totals)
-        own = self._by_owner.get(owner)
-        if own is not None:
-            used[own[0]] -= own[1]
-            if not used[own[0]]:
-                del used[own[0]]
-        return used
 
 
 @dataclass
@@ -161,6 +125,7 @@ class Plan:
     manifests: tuple[tuple[dict[str, Any], str], ...]
     """Each rendered manifest with its content hash."""
     spec_hash: str | None
+    spec: InferenceBackendSpec | None = None
 
 
 @dataclass
@@ -193,6 +158,10 @@ class Outcome:
     applied: int
     status_written: bool
     status: dict[str, Any]
+    waiting: Shortfall | None = None
+    """The GPUs the decided placement lacks now (nothing applied for it), or None."""
+    freed: bool = False
+    """This reconcile released GPUs that backends waiting for capacity may take."""
 
 
 def content_hash(obj: dict[str, Any]) -> str:
@@ -264,7 +233,7 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
             if manifest["kind"] == "Deployment":
                 spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
             manifests.append((manifest, content_hash(manifest)))
-    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash)
+    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None)
     if world.version is not None:
         recent.plans[(namespace, name)] = plan
     return plan
@@ -278,31 +247,33 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     decision, error = plan.decision, plan.error
     if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
+    deployment = world.children.get((namespace, name, "Deployment"))
+    waiting, freed = _reserve(plan, world, (namespace, name), serving=deployment is not None)
     applied = 0
-    if decision is not None and decision.satisfiable:
+    if decision is not None and decision.satisfiable and waiting is None:
         metrics.DECISIONS.labels(decision.backend).inc()
-        for manifest, wanted in plan.manifests:
+        for manifest, wanted_hash in plan.manifests:
             kind, child_name = manifest["kind"], manifest["metadata"]["name"]
             key = (namespace, child_name, kind)
             child = world.children.get(key)
-            if (child is not None and child.applied_hash == wanted) or recent.applied_lately(key, wanted):
+            if (child is not None and child.applied_hash == wanted_hash) or recent.applied_lately(key, wanted_hash):
                 continue
-            annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted}
+            annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
             await kube.apply(owned(manifest, dict(body)))
-            recent.applied[key] = (wanted, time.monotonic())
+            recent.applied[key] = (wanted_hash, time.monotonic())
             metrics.API_WRITES.labels(kind).inc()
             applied += 1
-    elif decision is not None:
+    elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
-    deployment = world.children.get((namespace, name, "Deployment"))
     observed = status.Observed.from_deployment(deployment.body if deployment else None)
-    if observed is None and decision is not None and decision.satisfiable:
+    if observed is None and decision is not None and decision.satisfiable and waiting is None:
         # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
         observed = status.Observed(replicas=plan.replicas, ready_replicas=0, available=False)
     new = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
+        waiting=waiting.message(plan.replicas, _per_replica(decision)) if waiting else None,
     )  # fmt: skip
     written = False
     if status.changed(previous, new):
@@ -314,4 +285,29 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
         recent.statuses[(namespace, name)] = new
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
-    return Outcome(decision, error, applied, written, new)
+    return Outcome(decision, error, applied, written, new, waiting, freed)
+
+
+def _per_replica(decision: Decision | None) -> int:
+    return decision.placement.gpus_per_replica if decision is not None and decision.placement is not None else 0
+
+
+def _reserve(plan: Plan, world: World, owner: tuple[str, str], serving: bool) -> tuple[Shortfall | None, bool]:
+    """Take (or keep, or release) ``owner``'s GPU reservation for this plan, before any API call: (the capacity
+    the placement lacks, whether GPUs were released). Without a ledger (the CLI, tests) nothing is reserved.
+
+    A placement that already holds its GPUs is not checked again; one that needs more waits, holding what the
+    serving Deployment uses; an unsatisfiable or invalid spec keeps what still serves, or holds nothing."""
+    ledger = world.ledger
+    if ledger is None:
+        return None, False
+    decision = plan.decision
+    if decision is None or not decision.satisfiable or plan.spec is None:
+        return None, ledger.set(owner, ledger.held(owner) if serving else None)
+    want = wanted(decision, plan.replicas)
+    held = ledger.held(owner)
+    if want is not None and not (held is not None and held[0] == want[0] and held[1] >= want[1]):
+        short = shortfall(plan.spec, decision, world.cluster(), ledger, owner)
+        if short is not None:
+            return short, False
+    return None, ledger.set(owner, want)

@@ -24,9 +24,10 @@ from typing import Any, cast
 from lightkube import AsyncClient
 
 from inference_backend import metrics
+from inference_backend.capacity import GpuLedger
 from inference_backend.kube import Kube
 from inference_backend.nodewatch import NodeClasses
-from inference_backend.reconcile import APPLIED_HASH, Child, GpuLedger, Outcome, Recent, World, child_signature
+from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, World, child_signature
 from inference_backend.reconcile import reconcile as reconcile_one
 from inference_backend.workqueue import WorkQueue
 
@@ -85,7 +86,11 @@ class OperatorState:
         self.recent = Recent()
         self.nodes = NodeClasses()
         self.gpus = GpuLedger()
-        """GPUs requested per backend's Deployment, kept from the Deployments' events."""
+        """GPUs reserved per backend, taken at decision time (inference_backend.capacity); rebuilt from the
+        backends' statuses before the first reconcile."""
+        self.waiting: set[Key] = set()
+        """Backends whose placement waits for GPUs: reconciled again when some are released or nodes are added."""
+        self._seeded = False
         self.models_version = 0
         """Bumped on every Model event: with the nodes' version it keys the reuse of a backend's last selection."""
         self.child_seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -105,7 +110,8 @@ class OperatorState:
         """The node watch (its own client: the long watch never takes a connection the reconciles need) and the
         queue's workers."""
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self.nodes.run(AsyncClient(), self.on_nodes_changed), name="node watch"))
+        watch = self.nodes.run(AsyncClient(), self.on_nodes_changed, on_added=self.wake_waiting)
+        self._tasks.append(loop.create_task(watch, name="node watch"))
         self.queue.run(self.process, self.workers)
 
     @property
@@ -130,12 +136,30 @@ class OperatorState:
         delay = max(self.debounce, PASS_DUTY * self.pass_seconds.get(namespace, 0.0))
         self.queue.add_after((ALL, namespace), delay, trigger)
 
+    def wake_waiting(self, trigger: str = "capacity") -> None:
+        for key in self.waiting:
+            self.queue.add(key, trigger)
+
     def forget(self, key: Key) -> None:
-        """The backend is gone: drop what was kept for it and anything queued."""
+        """The backend is gone: drop what was kept for it and anything queued, and release its GPUs."""
         self.recent.statuses.pop(key, None)
         self.recent.plans.pop(key, None)
         self.queue.discard(key)
+        self.waiting.discard(key)
         self._pass_done(key)
+        if self.gpus.set(key, None):
+            self.wake_waiting()
+
+    def seed_reservations(self) -> None:
+        """Rebuild the GPU reservations from the Deployments the operator applied (this one, or the one before
+        it): their pod templates name the pool and the devices, so a restart never promises GPUs in use. A backend
+        waiting for capacity has no Deployment, so it holds nothing and waits again."""
+        for (namespace, name, _), children in list(self.indexes.deployments.items()):
+            for child in children:
+                gpus = cast(Child, child).gpus
+                if gpus is not None:
+                    self.gpus.set((namespace, name), gpus)
+                break
 
     def child_event(self, body: Mapping[str, Any], deleted: bool) -> Key | None:
         """The owner to reconcile for an event of a child we own, or None when the event changes neither the
@@ -165,6 +189,9 @@ class OperatorState:
     async def process(self, key: Key, trigger: str) -> None:
         await self.nodes.ready.wait()  # the first node listing is in
         await self.indexed.wait()
+        if not self._seeded:
+            self.seed_reservations()
+            self._seeded = True
         if key[0] == ALL:
             self._fan_out(key[1], trigger)
             return
@@ -207,6 +234,12 @@ class OperatorState:
                 await self.kube.event(dict(body), "Warning", "ReconcileError", message)
             return
         self.queue.forget(key)
+        if outcome.waiting is not None:
+            self.waiting.add(key)
+        else:
+            self.waiting.discard(key)
+        if outcome.freed:
+            self.wake_waiting()
         await self._report(body, outcome, before)
 
     async def _report(self, body: Mapping[str, Any], outcome: Outcome, before: tuple[Any, ...]) -> None:
@@ -215,6 +248,10 @@ class OperatorState:
         d = outcome.decision
         if outcome.error:
             await self.kube.event(dict(body), "Warning", "InvalidSpec", outcome.error)
+        elif outcome.waiting is not None and d is not None:
+            per_replica = d.placement.gpus_per_replica if d.placement else 0
+            message = outcome.waiting.message(outcome.status.get("replicas") or 0, per_replica)
+            await self.kube.event(dict(body), "Warning", "InsufficientCapacity", message)
         elif d is not None and not d.satisfiable:
             await self.kube.event(dict(body), "Warning", "Unsatisfiable", d.reasons[-1])
         elif d is not None and _placement(outcome.status) != before:

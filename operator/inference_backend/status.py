@@ -58,12 +58,15 @@ def compute(
     previous: dict[str, Any] | None,
     now: str,
     spec_hash: str | None = None,
+    waiting: str | None = None,
 ) -> dict[str, Any]:
     """The new status.
 
     ``decision`` is this generation's selection (None with ``error`` when the spec is invalid); ``serving`` is the
     status of what was applied before (backend, decision, specHash), kept when the new decision cannot be applied
-    so the status keeps describing what still serves.
+    so the status keeps describing what still serves. ``waiting`` says why a satisfiable decision is not applied
+    yet (its GPUs are reserved by other InferenceBackends): phase Pending, or Degraded while the previous
+    Deployment serves.
     """
     conditions: list[dict[str, Any]] = []
     status: dict[str, Any] = {"observedGeneration": generation}
@@ -90,7 +93,13 @@ def compute(
         conditions.append(_condition("Fits", False, "DoesNotFit", _rejections(decision) or why))
         conditions.append(_condition("SpeculativeDecoding", None, "NoEngine", "no engine selected"))
 
-    if satisfiable and decision is not None:
+    if satisfiable and decision is not None and waiting is not None:
+        status["decision"] = decision.to_status().wire()
+        if serving and serving.get("backend"):
+            status.update({k: v for k, v in serving.items() if k in ("backend", "specHash", "endpoint")})
+        else:
+            status["backend"] = decision.backend
+    elif satisfiable and decision is not None:
         status["backend"] = decision.backend
         status["decision"] = decision.to_status().wire()
         status["specHash"] = spec_hash
@@ -110,6 +119,11 @@ def compute(
         if serving_now:
             why += "; the previous Deployment keeps serving"
         conditions.append(_condition("Ready", serving_now, "Unsatisfiable", why))
+    elif waiting is not None:
+        phase = "Degraded" if serving_now else "Pending"
+        if serving_now:
+            waiting += "; the previous Deployment keeps serving"
+        conditions.append(_condition("Ready", serving_now, "InsufficientCapacity", waiting))
     elif observed is None:
         phase = "Deploying"
         conditions.append(_condition("Ready", False, "Deploying", "the Deployment is being created"))
