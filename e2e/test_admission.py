@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,12 @@ COUNTS: Counter[str] = Counter()
 
 
 @pytest.fixture(scope="module", autouse=True)
-def crds(kube_http: Any, wait_until: Any) -> None:
+def crds(kube_http: Any, wait_until: Any) -> Iterator[None]:
+    names = []
     for text in render_all().values():
         doc = yaml.safe_load(text)
         name = doc["metadata"]["name"]
+        names.append(name)
         r = kube_http.patch(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
                             params={"fieldManager": "e2e-admission", "force": "true"}, content=json.dumps(doc),
                             headers={"Content-Type": "application/apply-patch+yaml"})  # fmt: skip
@@ -50,9 +53,20 @@ def crds(kube_http: Any, wait_until: Any) -> None:
 
         def established(n: str = name) -> bool:
             got = kube_http.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}").json()
-            return any(c["type"] == "Established" and c["status"] == "True" for c in got["status"]["conditions"])
+            conditions = (got.get("status") or {}).get("conditions") or []  # none yet right after the apply
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
         wait_until(f"CRD {name} established", established, timeout=30)
+    yield
+    # Remove what this module applied: helm's server-side apply in the operator tests would conflict with this
+    # module's field manager (the JSON it posts carries the int64 bounds as integers, helm's YAML decoding does not
+    # give the same values). Only dry runs used the CRDs, so there is nothing to clean up but the CRDs.
+    for name in names:
+        r = kube_http.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        assert r.status_code in (200, 202, 404), r.text
+    crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{}"
+    for name in names:
+        wait_until(f"CRD {name} deleted", lambda n=name: kube_http.get(crd.format(n)).status_code == 404, timeout=60)
 
 
 def dry_create(kube_http: Any, obj: dict[str, Any]) -> tuple[bool, str]:

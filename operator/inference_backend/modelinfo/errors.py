@@ -1,7 +1,25 @@
-"""The one error of model inspection: a message that names the file (the CLI prints it and exits 2)."""
+"""The one error of model inspection: a message that names the file (the CLI prints it and exits 2); and the JSON
+reader every format shares, which raises it."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 
 class InspectError(ValueError):
     """The artifact cannot be read as a model: missing, corrupt or of an unknown format. The message names the file."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; InspectError naming the file when it cannot be read or is not an object."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InspectError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise InspectError(f"{path}: not a JSON object")
+    return doc

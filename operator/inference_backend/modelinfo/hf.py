@@ -6,13 +6,12 @@ and dtype from the safetensors headers (every shard the index names), the vocabu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from inference_backend.memory import DTYPE_BYTES
 from inference_backend.modelinfo import tensors as tz
-from inference_backend.modelinfo.errors import InspectError
+from inference_backend.modelinfo.errors import InspectError, read_json
 from inference_backend.modelinfo.facts import Facts, first_int
 from inference_backend.modelinfo.safetensors_header import read_header
 from inference_backend.modelinfo.vocab import tokenizer_json_tokens, vocab_hash
@@ -21,18 +20,6 @@ INDEX = "model.safetensors.index.json"
 # config.json quantization_config.quant_method -> the Model's quantization
 QUANT_METHODS = {"gptq": "gptq", "awq": "awq", "fp8": "fp8", "bitsandbytes": "bitsandbytes"}
 _CONFIG_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "fp8": "fp8"}
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict):
-        raise InspectError(f"{path}: not a JSON object")
-    return doc
 
 
 def read_config(directory: Path, facts: Facts) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inference_backend.modelinfo.errors import InspectError
+from inference_backend.modelinfo.errors import InspectError, read_json
 
 
 def vocab_hash(tokens: Sequence[str]) -> str:
@@ -24,13 +24,8 @@ def vocab_hash(tokens: Sequence[str]) -> str:
 
 def tokenizer_json_tokens(path: Path) -> list[str]:
     """The token strings of a Hugging Face tokenizer.json in id order: the model's vocabulary plus added tokens."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
+    doc = read_json(path)
+    if not isinstance(doc.get("model"), dict):
         raise InspectError(f"{path}: not a tokenizer.json (no 'model' object)")
     by_id: dict[int, str] = {}
     vocab: Any = doc["model"].get("vocab")
