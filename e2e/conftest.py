@@ -8,7 +8,6 @@ E2E_ALLOW_REMOTE=1 lifts that guard for a disposable remote cluster.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import pytest
+from ib_testkit.audit import audit_event
 
 E2E_SRC = Path(__file__).resolve().parent
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -166,7 +166,9 @@ class AuditLog:
             for line in f:
                 if not line.endswith(b"\n"):
                     break  # an event still being written
-                ev = json.loads(line)
+                ev = audit_event(line)
+                if ev is None:
+                    continue
                 ref = ev.get("objectRef", {})
                 if ev.get("verb") not in verbs or ev.get("stage") != "ResponseComplete":
                     continue

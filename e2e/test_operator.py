@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ib_testkit.audit import audit_event
 from inference_backend.facts import hardware_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,8 +340,12 @@ def test_no_spec_diff_after_reconcile(operator: Operator, ns: str, wait_until: A
 
 def _audit_writes(audit: Path, since: float, user: str) -> list[dict[str, Any]]:
     out = []
-    for line in audit.read_text().splitlines():
-        ev = json.loads(line)
+    text = audit.read_text(errors="replace")
+    lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]  # the last may be half-written
+    for line in lines:
+        ev = audit_event(line)
+        if ev is None:
+            continue
         if ev.get("stage") != "ResponseComplete" or ev.get("verb") not in ("create", "update", "patch", "delete"):
             continue
         if user not in ev.get("user", {}).get("username", ""):
