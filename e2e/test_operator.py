@@ -266,6 +266,9 @@ def test_unsatisfiable_update_keeps_serving(operator: Operator, ns: str, wait_un
 def test_backends_applied_together_never_overcommit_gpus(operator: Operator, ns: str, wait_until: Any) -> None:
     """Three 1-GPU backends applied at once (one apply, as an Argo CD sync does) to the one A10G: one is placed,
     two wait saying why (the numbers and who holds the GPU), and one of them starts once the GPU is released."""
+    # Earlier tests' namespaces are deleted asynchronously; their backends hold GPUs until they are gone.
+    others = lambda: not [i for i in get_json("ib", "-A")["items"] if i["metadata"]["namespace"] != ns]  # noqa: E731
+    wait_until("earlier tests' InferenceBackends deleted", others, timeout=120)
     docs = []
     for i in range(3):
         doc = example("pytorch-research.yaml", ns)
