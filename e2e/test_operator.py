@@ -210,6 +210,31 @@ def test_example_reaches_ready(operator: Operator, ns: str, wait_until: Any, fil
     assert operator.alive()
 
 
+CPU_EXAMPLES = ["llamacpp-cpu-gguf.yaml", "onnxruntime-phi-3.yaml", "pytorch-research.yaml"]
+
+
+def test_cpu_engines_run_in_a_restricted_namespace(operator: Operator, ns: str, wait_until: Any) -> None:
+    """Every engine that runs on CPU renders pods that Pod Security "restricted" admits: the namespace enforces
+    it, the ReplicaSets create their pods, and the backends become Ready."""
+    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/enforce-version=latest")  # fmt: skip
+    names = []
+    for file in CPU_EXAMPLES:
+        doc = example(file, ns)
+        doc["spec"]["hardware"]["accelerator"] = "cpu"
+        doc["spec"]["hardware"].pop("nodeSelector", None)
+        names.append(doc["metadata"]["name"])
+        apply(doc)
+    for name in names:
+        wait_phase(wait_until, ns, name, "Ready")
+    engines = {ib(ns, n)["status"]["backend"] for n in names}
+    assert engines == {"llamacpp", "onnxruntime", "pytorch"}, engines
+    pods = get_json("pods", "-n", ns)["items"]
+    assert len(pods) == len(names), [p["metadata"]["name"] for p in pods]
+    for p in pods:
+        assert p["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
 def test_get_describe_and_delete(operator: Operator, ns: str, wait_until: Any) -> None:
     doc = example("vllm-llama-3-1-8b.yaml", ns)
     apply(doc)

@@ -143,6 +143,7 @@ def _pod(body: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
 def test_host_request_on_a_4_vcpu_l4_node_is_3600m_cpu_14Gi_and_fits_its_allocatable() -> None:
     pod = _pod({"model": {"modelRef": "llama-3-1-8b"}}, [L4_SMALL])
     res = pod["containers"][0]["resources"]
+    assert res["requests"].pop("ephemeral-storage") == "18Gi"  # the weights' disk (tests/test_hardening.py)
     assert res["requests"] == {"cpu": "3600m", "memory": "14Gi", "nvidia.com/gpu": 1}
     assert res["limits"] == {"memory": "14Gi", "nvidia.com/gpu": 1}
 
@@ -150,6 +151,7 @@ def test_host_request_on_a_4_vcpu_l4_node_is_3600m_cpu_14Gi_and_fits_its_allocat
 def test_host_request_on_a_big_node_is_4_cpus_per_gpu_and_weights_share_plus_8GiB() -> None:
     pod = _pod({"model": {"modelRef": "llama-3-1-70b"}}, [H100x8])
     res = pod["containers"][0]["resources"]["requests"]
+    res.pop("ephemeral-storage")
     assert res == {"cpu": "16", "memory": "41Gi", "nvidia.com/gpu": 4}  # 131.5 / 4 = 33 GiB + 8
 
 

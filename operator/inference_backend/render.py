@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,10 @@ import yaml
 
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
-from inference_backend.engines import ENGINES, EngineContainer
+from inference_backend.engines import ENGINES, EngineContainer, card
 from inference_backend.facts import pod_selector, tolerates
 from inference_backend.names import endpoint, label_value, service_name
+from inference_backend.quantity import GIB
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"
@@ -122,6 +124,57 @@ def _tolerations(ib: InferenceBackend, decision: Decision) -> list[Json]:
     return [*own, implicit] if needed else own
 
 
+INIT_USER = 65532
+"""The operator image's user (images/operator/Dockerfile: USER 65532), which the fetch init containers run."""
+
+
+def _pod_security(run_as_user: int | None) -> Json:
+    """Pod Security "restricted" where the engine's image runs as non-root (its card says which uid, or why not):
+    RuntimeDefault seccomp always; runAsNonRoot, the uid and fsGroup (the emptyDirs are group-writable) when set."""
+    out: Json = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if run_as_user is not None:
+        out |= {"runAsNonRoot": True, "runAsUser": run_as_user, "runAsGroup": run_as_user, "fsGroup": run_as_user}
+    return out
+
+
+def _hardened(container: Json, run_as_user: int | None) -> Json:
+    """No privilege escalation and no capabilities (restricted's container rules); ``run_as_user`` for a container
+    whose image's user differs from the pod's (the operator image of the fetch init containers)."""
+    sc: Json = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if run_as_user is not None:
+        sc |= {"runAsNonRoot": True, "runAsUser": run_as_user, "runAsGroup": run_as_user}
+    return {**container, "securityContext": sc}
+
+
+SMALL_DISK = "1Gi"
+"""A disk emptyDir that holds no weights (the cache of an engine whose weights come from a volume)."""
+
+
+def _holds_weights(volume: Json, downloads: bool) -> bool:
+    """The fetch init containers' volumes hold the weights; the model cache does when the engine downloads them."""
+    name = str(volume.get("name", ""))
+    return name.endswith("-weights") or (name == "model-cache" and downloads)
+
+
+def _on_disk(volume: Json) -> bool:
+    empty = volume.get("emptyDir")
+    return isinstance(empty, dict) and empty.get("medium") != "Memory"
+
+
+def _weights_quantity(decision: Decision) -> str:
+    """Disk for one copy of the weights (the draft's included), with a tenth and 1 GiB of headroom (tokenizer,
+    config, partial downloads)."""
+    weights = decision.memory.weights if decision.memory is not None else 0.0
+    return f"{math.ceil(weights * 1.1 / GIB) + 1}Gi"
+
+
+def _sized(volume: Json, weights: str) -> Json:
+    """A disk emptyDir bounded by what it holds: the weights."""
+    if not _on_disk(volume):
+        return volume
+    return {**volume, "emptyDir": {**volume["emptyDir"], "sizeLimit": weights}}
+
+
 def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     """Everything ``render`` returns, plus the engine container, the spec hash and the notes."""
     if decision.backend is None or decision.placement is None:
@@ -155,11 +208,26 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     tolerations = _tolerations(ib, decision)
     if tolerations:
         pod_spec["tolerations"] = tolerations
+    caps = card(engine)
+    pod_spec["securityContext"] = _pod_security(caps.run_as_user)
+    weights = _weights_quantity(decision)
+    downloads = decision.model is not None and (decision.model.uri or "").startswith("hf://") and caps.own_hf_loader
     if c.init_containers:
-        pod_spec["initContainers"] = [dict(i) for i in c.init_containers]
-    pod_spec["containers"] = [c.to_k8s()]
+        pod_spec["initContainers"] = [_hardened(dict(i), INIT_USER) for i in c.init_containers]
+    main = _hardened(c.to_k8s(), None)
+    pod_spec["containers"] = [main]
     if c.volumes:
-        pod_spec["volumes"] = [dict(v) for v in c.volumes]
+        pod_spec["volumes"] = [_sized(dict(v), weights if _holds_weights(v, downloads) else SMALL_DISK)
+                               for v in c.volumes]  # fmt: skip
+        if any(_on_disk(v) for v in c.volumes):
+            # The weights land on node disk (emptyDir): request it, so the scheduler places the pod where it fits
+            # and the kubelet evicts a pod that grows past it rather than the node filling up.
+            resources = main.setdefault("resources", {})
+            held = any(_on_disk(v) and _holds_weights(v, downloads) for v in c.volumes)
+            resources["requests"] = {
+                **resources.get("requests", {}),
+                "ephemeral-storage": weights if held else SMALL_DISK,
+            }
     template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest

@@ -94,6 +94,11 @@ class EngineCard:
     slots: bool
     """Runs a fixed number of slots, each allocating a full context up front (llama.cpp -np with -c = context x
     slots): the memory fit counts every slot."""
+    run_as_user: int | None
+    """The non-root uid its pods run as (pod securityContext runAsNonRoot/runAsUser/fsGroup, so a Pod Security
+    "restricted" namespace admits them); None where the pinned image needs root, with the reason in ``run_as``."""
+    run_as: str
+    """Why: the image's USER (with its source), or what in the image needs root."""
 
     @property
     def gpu_required(self) -> bool:
@@ -113,8 +118,8 @@ class EngineCard:
 
 
 # A card may truthfully have no speculation method or no prefix cache; every other field must say something.
-_MAY_BE_EMPTY = frozenset({"layer_split", "slots", "speculative", "prefix_cache", "multi_gpu", "multi_node",
-                           "own_hf_loader", "kv_offload",
+_MAY_BE_EMPTY = frozenset({"layer_split", "slots", "run_as_user", "speculative", "prefix_cache", "multi_gpu",
+                           "multi_node", "own_hf_loader", "kv_offload",
                            "min_compute", "bf16_min_compute", "kv_dtypes"})  # fmt: skip
 
 

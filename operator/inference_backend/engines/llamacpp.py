@@ -192,6 +192,13 @@ def _draft(decision: Decision, a: ArgBuilder, on_gpu: bool) -> artifacts.Artifac
 
 # Continuous batching over -np slots (static with --no-cont-batching); GGUF only; draft-model speculation; quantized
 # KV cache types; layer split over several GPUs (--split-mode); GPU kernels from compute 5.0; bf16 needs no minimum.
+RUN_AS = (
+    "llama-server needs no root: it reads the model and writes only LLAMA_CACHE (the model-cache "
+    "emptyDir); the image sets no USER, so the pod runs it as nobody (65534)"
+)
+"""Why its pods run as they do (card field run_as)."""
+
+
 CARD = EngineCard(
     name=ENGINE, title="llama.cpp", version=VERSION,
     formats=frozenset({"gguf"}), accelerators=frozenset({"gpu", "cpu"}),
@@ -205,6 +212,7 @@ CARD = EngineCard(
         "cpu": Profile(**MEASURED_CPU[ENGINE]),
     },
     layer_split=True, slots=True,
+    run_as_user=65534, run_as=RUN_AS,
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
 )  # fmt: skip

@@ -48,4 +48,5 @@ CARD = EngineCard(
     },
     summary="ONNX models on CPU or one GPU: dynamic and static batching, prefix cache",
     render=container, layer_split=False, slots=False,
+    run_as_user=10001, run_as="images/onnxruntime-server/Dockerfile: USER 10001",
 )  # fmt: skip

@@ -56,4 +56,5 @@ CARD = EngineCard(
     },
     summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
     render=container, layer_split=False, slots=False,
+    run_as_user=10001, run_as="images/pytorch-runner/Dockerfile: USER 10001",
 )  # fmt: skip

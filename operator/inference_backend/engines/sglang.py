@@ -146,6 +146,13 @@ _PUBLISHED = (
 # (draft model) and NGRAM speculation; FP8 KV; HiCache offload to host memory; tensor parallel inside a node and
 # multi-node (--nnodes, --node-rank, --dist-init-addr in fields/parallel.py; not rendered yet). CUDA only in our
 # image (its CPU backend needs an Intel AMX build); kernels from compute 7.5 (T4).
+RUN_AS = (
+    "lmsysorg/sglang sets no USER (runs as root, caches under /root/.cache: FlashInfer, Triton): left as "
+    "the image runs it; the container still drops every capability"
+)
+"""Why its pods run as they do (card field run_as)."""
+
+
 CARD = EngineCard(
     name=ENGINE, title="SGLang", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -158,4 +165,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
+    run_as_user=None, run_as=RUN_AS,
 )  # fmt: skip

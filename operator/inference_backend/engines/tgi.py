@@ -132,6 +132,13 @@ _TGI_PROFILE = (
 )
 # Continuous batching; --speculate is n-gram (or Medusa heads), no separate draft model; flash-attention kernels need
 # Ampere (8.0)+; no int8 weight scheme of ours maps to its --quantize. Single node only (sharded over local GPUs).
+RUN_AS = (
+    "text-generation-inference's image sets no USER and writes to /data and /root/.cache: left as the "
+    "image runs it; the container still drops every capability"
+)
+"""Why its pods run as they do (card field run_as)."""
+
+
 CARD = EngineCard(
     name=ENGINE, title="TGI", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -144,4 +151,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container, layer_split=False, slots=False,
+    run_as_user=None, run_as=RUN_AS,
 )  # fmt: skip

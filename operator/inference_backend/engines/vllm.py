@@ -180,6 +180,14 @@ _VLLM_BLOG = (
 # with a draft model or n-gram lookup; compute capability >= 7.0. No bitsandbytes: 0.33.0's QUANTIZATION_METHODS has
 # none (its parser rejects `--quantization bitsandbytes`; docs/engine-flags/vllm-0.33.0.md and
 # tests/contracts/test_vllm_harness.py). Multi-node (Ray, --pipeline-parallel-size) exists in 0.33.0; not rendered yet.
+RUN_AS = (
+    "vllm/vllm-openai runs as root (its docker/Dockerfile sets no USER) and writes its caches under /root"
+    " (vLLM, Triton, torch.compile): left as the image runs it; the container still drops every "
+    "capability"
+)
+"""Why its pods run as they do (card field run_as)."""
+
+
 CARD = EngineCard(
     name=ENGINE, title="vLLM", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -191,4 +199,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
+    run_as_user=None, run_as=RUN_AS,
 )  # fmt: skip
