@@ -30,6 +30,8 @@ SA = "inference-backend"
 SYSTEM_NS = "ib-system"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 GROUP = "serving.inferencebackend.io"
+BAD_IMAGE = "registry.invalid/ib-e2e/no-such-image:0"
+"""The one image KWOK reports as not pullable (e2e/kwok/stages.yaml, stage pod-image-pull-backoff)."""
 
 
 def tool(name: str) -> str:
@@ -488,3 +490,14 @@ def test_unschedulable_request_shows_unschedulable(operator: Operator, ns: str, 
     described = _ready_condition_within(wait_until, ns, "research-gpt", "Unschedulable", "nodes are available")
     print(f"unschedulable shown after {time.monotonic() - started:.1f} s")
     assert "Insufficient cpu" in described, described
+
+
+def test_bad_image_shows_image_pull_backoff(operator: Operator, ns: str, wait_until: Any) -> None:
+    """An engine image that cannot be pulled (KWOK reports the kubelet's ImagePullBackOff for this one image, see
+    e2e/kwok/stages.yaml): the Ready condition names the image within 30 s."""
+    doc = example("pytorch-research.yaml", ns)
+    doc["spec"]["engine"] = {"image": BAD_IMAGE}
+    apply(doc)
+    started = time.monotonic()
+    _ready_condition_within(wait_until, ns, "research-gpt", "ImagePullBackOff", f'cannot pull image "{BAD_IMAGE}"')
+    print(f"bad image shown after {time.monotonic() - started:.1f} s")
