@@ -30,6 +30,8 @@ SA = "inference-backend"
 SYSTEM_NS = "ib-system"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 GROUP = "serving.inferencebackend.io"
+BAD_IMAGE = "registry.invalid/ib-e2e/no-such-image:0"
+"""The one image KWOK reports as not pullable (e2e/kwok/stages.yaml, stage pod-image-pull-backoff)."""
 
 
 def tool(name: str) -> str:
@@ -466,3 +468,63 @@ def test_leader_election_one_replica_works(operator: Operator, sa_kubeconfig: st
     finally:
         standby.stop()
         operator.start()
+
+
+def _ready_condition_within(wait_until: Any, namespace: str, name: str, reason: str, text: str) -> str:
+    """Polls ``kubectl describe ib`` until the Ready condition has ``reason`` and the output has ``text``."""
+
+    def check() -> str | None:
+        conditions = {c["type"]: c for c in (ib(namespace, name).get("status") or {}).get("conditions") or []}
+        if (conditions.get("Ready") or {}).get("reason") != reason:
+            return None
+        described = kubectl("describe", "ib", name, "-n", namespace)
+        return described if text in described else None
+
+    return wait_until(f"{namespace}/{name} Ready reason {reason} with {text!r}", check, timeout=30)  # type: ignore[no-any-return]
+
+
+def test_missing_pvc_shows_the_schedulers_message(operator: Operator, namespace: str, wait_until: Any) -> None:
+    """A backend whose weights are on a claim that does not exist: the scheduler's message reaches the status
+    and an Event within 30 s of the apply, and the phase stays Deploying."""
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "models.yaml"))
+    doc = example("pytorch-research.yaml", namespace)
+    doc["spec"]["model"]["uri"] = "pvc://no-such-claim/gpt-350m"
+    apply(doc)
+    started = time.monotonic()
+    described = _ready_condition_within(wait_until, namespace, "research-gpt", "Unschedulable",
+                                        'persistentvolumeclaim "no-such-claim" not found')  # fmt: skip
+    print(f"missing PVC shown after {time.monotonic() - started:.1f} s")
+    assert "Deploying" in described
+    events = wait_until(
+        "the Warning Event",
+        lambda: (
+            "Unschedulable"
+            in (e := kubectl("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=research-gpt"))
+            and e
+        ),
+        timeout=10,
+    )
+    assert events.count("Unschedulable") == 1, events
+
+
+def test_unschedulable_request_shows_unschedulable(operator: Operator, ns: str, wait_until: Any) -> None:
+    """More CPU than any node has (spec.resources overrides the derived requests): the pod stays Pending and the
+    Ready condition says why, within 30 s."""
+    doc = example("pytorch-research.yaml", ns)
+    doc["spec"]["resources"] = {"requests": {"cpu": "5000"}, "limits": {"cpu": "5000"}}
+    apply(doc)
+    started = time.monotonic()
+    described = _ready_condition_within(wait_until, ns, "research-gpt", "Unschedulable", "nodes are available")
+    print(f"unschedulable shown after {time.monotonic() - started:.1f} s")
+    assert "Insufficient cpu" in described, described
+
+
+def test_bad_image_shows_image_pull_backoff(operator: Operator, ns: str, wait_until: Any) -> None:
+    """An engine image that cannot be pulled (KWOK reports the kubelet's ImagePullBackOff for this one image, see
+    e2e/kwok/stages.yaml): the Ready condition names the image within 30 s."""
+    doc = example("pytorch-research.yaml", ns)
+    doc["spec"]["engine"] = {"image": BAD_IMAGE}
+    apply(doc)
+    started = time.monotonic()
+    _ready_condition_within(wait_until, ns, "research-gpt", "ImagePullBackOff", f'cannot pull image "{BAD_IMAGE}"')
+    print(f"bad image shown after {time.monotonic() - started:.1f} s")

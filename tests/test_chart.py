@@ -95,4 +95,5 @@ def test_rbac_is_least_privilege() -> None:
     assert not any("*" in v or "delete" in v or "update" in v for v in verbs.values()), "no wildcards, deletes, updates"
     assert verbs[(("apps",), ("deployments",))] == {"list", "watch", "create", "patch"}
     assert verbs[(("",), ("nodes",))] == {"list", "watch"}
+    assert verbs[(("",), ("pods",))] == {"list", "watch"}, "the pods index (pod-level truth)"
     assert verbs[(("serving.inferencebackend.io",), ("inferencebackends/status",))] == {"patch"}

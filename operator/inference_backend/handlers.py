@@ -3,8 +3,9 @@
 - the startup handler builds the state (with the indexes kopf hands to startup handlers) and starts its node watch
   and work queue; the cleanup handler cancels and awaits every task it started;
 - Models are indexed by namespace, the children we own by (namespace, name, kind) with their applied hash, and the
-  InferenceBackends by (namespace, name); nodes are grouped by hardware class by one watch (nodewatch: a kopf
-  index would cost O(nodes^2) at startup);
+  InferenceBackends by (namespace, name), our pods (a server-side label-selected watch) by their owner as slim
+  summaries of their problems (inference_backend.pods); nodes are grouped by hardware class by one watch
+  (nodewatch: a kopf index would cost O(nodes^2) at startup);
 - every event (of an InferenceBackend, of a child we own, of a node whose hardware class changes, of a Model) only
   enqueues a key; the queue's workers run the one level-triggered reconcile.
 
@@ -22,12 +23,16 @@ import kopf
 
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
+from inference_backend.pods import PodSummary, owner, summarize
 from inference_backend.reconcile import APPLIED_HASH, Child, slim_child
-from inference_backend.render import MANAGED_BY
+from inference_backend.render import COMPONENT, MANAGED_BY
 from inference_backend.state import Indexes, OperatorState
 
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}  # a label filter, read by kopf's decorators only
 PLURAL = "inferencebackends"
+POD_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component={COMPONENT}"
+"""Server-side label selector of the pod watch: the labels render puts on every pod template; no other pod of
+the cluster reaches the operator."""
 log = logging.getLogger(__name__)
 
 
@@ -41,7 +46,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
-    indexes = Indexes(**{name: kwargs[name] for name in ("models", "deployments", "services", "pdbs", "backends")})
+    settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
+    names = ("models", "deployments", "services", "pdbs", "backends", "pods")
+    indexes = Indexes(**{name: kwargs[name] for name in names})
     state = OperatorState(
         indexes,
         workers=int(os.environ.get("IB_WORKERS", "8")),
@@ -87,6 +94,13 @@ async def services(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Chil
 @kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def pdbs(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
     return _child(body)
+
+
+@kopf.index("", "v1", "pods", labels=MANAGED)
+async def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodSummary] | None:
+    """(namespace, InferenceBackend) -> a slim, bounded summary of each of its pods (inference_backend.pods)."""
+    key, summary = owner(body), summarize(body)
+    return {key: summary} if key is not None and summary is not None else None
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -137,6 +151,16 @@ async def on_service(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: An
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def on_pdb(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     _owner(body, "pdb", type, memo)
+
+
+@kopf.on.event("", "v1", "pods", labels=MANAGED)
+async def on_pod(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Queue the owner's reconcile only when the pod's problems change (state.pod_event)."""
+    state = _state(memo)
+    state.indexed.set()
+    key = state.pod_event(body, deleted=type == "DELETED")
+    if key is not None:
+        state.queue.add(key, "pod")
 
 
 @kopf.on.event(GROUP, VERSION, "models")

@@ -27,6 +27,7 @@ from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
 from inference_backend.kube import Kube, owned
 from inference_backend.manifests import explain
+from inference_backend.pods import PodProblem, PodSummary, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
 from inference_backend.render import render
 from inference_backend.selection import Current, Decision, InvalidSpec, select
@@ -91,6 +92,8 @@ class World:
     ledger: GpuLedger | None = None
     """The GPUs in use kept up to date by the caller from the Deployments' events; without it, summed from
     ``children`` on every reconcile."""
+    pods: Mapping[tuple[str, str], Iterable[PodSummary]] = field(default_factory=dict)
+    """(namespace, InferenceBackend) -> the slim summaries of its pods (the pods index)."""
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
         if self.grouped is not None:
@@ -162,6 +165,8 @@ class Outcome:
     """The GPUs the decided placement lacks now (nothing applied for it), or None."""
     freed: bool = False
     """This reconcile released GPUs that backends waiting for capacity may take."""
+    pod_problem: PodProblem | None = None
+    """The worst problem of the backend's pods, or None."""
 
 
 def content_hash(obj: dict[str, Any]) -> str:
@@ -270,10 +275,11 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     if observed is None and decision is not None and decision.satisfiable and waiting is None:
         # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
         observed = status.Observed(replicas=plan.replicas, ready_replicas=0, available=False)
+    pod_problem = worst(world.pods.get((namespace, name), ())) if deployment is not None else None
     new = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
-        waiting=waiting.message(plan.replicas, _per_replica(decision)) if waiting else None,
+        waiting=waiting.message(plan.replicas, _per_replica(decision)) if waiting else None, pod_problem=pod_problem,
     )  # fmt: skip
     written = False
     if status.changed(previous, new):
@@ -285,7 +291,7 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
         recent.statuses[(namespace, name)] = new
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
-    return Outcome(decision, error, applied, written, new, waiting, freed)
+    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem)
 
 
 def _per_replica(decision: Decision | None) -> int:

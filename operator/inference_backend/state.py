@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from lightkube import AsyncClient
@@ -27,6 +27,7 @@ from inference_backend import metrics
 from inference_backend.capacity import GpuLedger
 from inference_backend.kube import Kube
 from inference_backend.nodewatch import NodeClasses
+from inference_backend.pods import PodProblem, owner, summarize
 from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, World, child_signature
 from inference_backend.reconcile import reconcile as reconcile_one
 from inference_backend.workqueue import WorkQueue
@@ -48,6 +49,8 @@ class Indexes:
     services: Mapping[Any, Any]
     pdbs: Mapping[Any, Any]
     backends: Mapping[Key, Any]
+    pods: Mapping[Key, Any] = field(default_factory=dict)
+    """(namespace, InferenceBackend) -> the slim summaries of its pods (inference_backend.pods)."""
 
 
 class Children(Mapping[tuple[str, str, str], Child]):
@@ -95,6 +98,10 @@ class OperatorState:
         """Bumped on every Model event: with the nodes' version it keys the reuse of a backend's last selection."""
         self.child_seen: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         """What the owner's reconcile last saw of each child: its applied hash and the readiness it rolls up."""
+        self.pod_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
+        """The problems the owner's reconcile last saw of each pod (a pod with none is not kept)."""
+        self.pod_warned: dict[Key, PodProblem] = {}
+        """The pod problem last posted as a Warning Event per backend: each is posted once."""
         self.indexed = asyncio.Event()
         """Set by the first resource handler: kopf runs none before every index has its initial listing."""
         self.queue: WorkQueue[Key] = WorkQueue()
@@ -146,6 +153,7 @@ class OperatorState:
         self.recent.plans.pop(key, None)
         self.queue.discard(key)
         self.waiting.discard(key)
+        self.pod_warned.pop(key, None)
         self._pass_done(key)
         if self.gpus.set(key, None):
             self.wake_waiting()
@@ -178,13 +186,29 @@ class OperatorState:
         key = (str(meta.get("namespace")), str(owners[0]["name"])) if owners else None
         return key if key is not None and key in self.indexes.backends else None
 
+    def pod_event(self, body: Mapping[str, Any], deleted: bool) -> Key | None:
+        """The owner to reconcile for an event of one of our pods, or None when the event changes none of the
+        pod's problems (readiness flips, IP assignment, restarts of a healthy pod cost no reconcile)."""
+        meta = body.get("metadata") or {}
+        pod_key = (str(meta.get("namespace")), str(meta.get("name")))
+        summary = None if deleted else summarize(body)
+        problems = summary.problems if summary is not None else ()
+        if self.pod_seen.get(pod_key, ()) == problems:
+            return None
+        if problems:
+            self.pod_seen[pod_key] = problems
+        else:
+            self.pod_seen.pop(pod_key, None)
+        key = owner(body)
+        return key if key is not None and key in self.indexes.backends else None
+
     # -- work ----------------------------------------------------------------------------------------------------
     def world(self) -> World:
         grouped = self.nodes.grouped()
         ix = self.indexes
         children = Children(ix.deployments, ix.services, ix.pdbs)
         version = (self.nodes.version, self.models_version)
-        return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus)
+        return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods)
 
     async def process(self, key: Key, trigger: str) -> None:
         await self.nodes.ready.wait()  # the first node listing is in
@@ -243,6 +267,7 @@ class OperatorState:
         await self._report(body, outcome, before)
 
     async def _report(self, body: Mapping[str, Any], outcome: Outcome, before: tuple[Any, ...]) -> None:
+        await self._report_pods(body, outcome)
         if not outcome.status_written:
             return
         d = outcome.decision
@@ -258,6 +283,23 @@ class OperatorState:
             where = d.placement.describe() if d.placement else ""
             message = f"{d.backend} on {where}; {outcome.applied} object(s) applied"
             await self.kube.event(dict(body), "Normal", "Selected", message)
+
+    async def _report_pods(self, body: Mapping[str, Any], outcome: Outcome) -> None:
+        """A Warning Event for the worst pod problem the Ready condition shows, once per change of it."""
+        key = (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))
+        problem = outcome.pod_problem
+        ready: Mapping[str, Any] = next(
+            (c for c in outcome.status.get("conditions") or [] if c.get("type") == "Ready"), {}
+        )
+        if problem is None or ready.get("reason") != problem.reason:
+            self.pod_warned.pop(key, None)  # gone, or not shown: a return of it is a change
+            return
+        if self.pod_warned.get(key) == problem:
+            return
+        self.pod_warned[key] = problem
+        if not outcome.status_written:  # the status shows it already (posted before a restart of the operator)
+            return
+        await self.kube.event(dict(body), "Warning", problem.reason, problem.message)
 
 
 def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference_backend.decision import Decision
+from inference_backend.pods import PodProblem
 
 MAX_MESSAGE = 1024
 
@@ -43,6 +44,14 @@ def _condition(kind: str, ok: bool | None, reason: str, message: str) -> dict[st
     return {"type": kind, "status": status, "reason": reason, "message": message[:MAX_MESSAGE]}
 
 
+def _pod_condition(ok: bool, reason: str, message: str, problem: PodProblem | None) -> dict[str, Any]:
+    """The Ready condition of a backend that is not Ready yet: the worst pod problem, when there is one, gives its
+    reason (Unschedulable, ImagePullBackOff, CrashLoopBackOff, OOMKilled...) and ends its message."""
+    if problem is None:
+        return _condition("Ready", ok, reason, message)
+    return _condition("Ready", ok, problem.reason, f"{message}; {problem.message}")
+
+
 def _rejections(decision: Decision) -> str:
     return "; ".join(f"{engine}: {why}" for engine, why in decision.rejected)
 
@@ -59,6 +68,7 @@ def compute(
     now: str,
     spec_hash: str | None = None,
     waiting: str | None = None,
+    pod_problem: PodProblem | None = None,
 ) -> dict[str, Any]:
     """The new status.
 
@@ -66,7 +76,8 @@ def compute(
     status of what was applied before (backend, decision, specHash), kept when the new decision cannot be applied
     so the status keeps describing what still serves. ``waiting`` says why a satisfiable decision is not applied
     yet (its GPUs are reserved by other InferenceBackends): phase Pending, or Degraded while the previous
-    Deployment serves.
+    Deployment serves. ``pod_problem`` is the worst problem of the backend's pods (inference_backend.pods.worst):
+    while the backend is not Ready it becomes the Ready condition's reason, and its message is appended.
     """
     conditions: list[dict[str, Any]] = []
     status: dict[str, Any] = {"observedGeneration": generation}
@@ -130,13 +141,13 @@ def compute(
     elif observed.progress_deadline_exceeded:
         phase = "Degraded"
         late = f"{ready}/{replicas} replicas ready; the rollout exceeded its deadline"
-        conditions.append(_condition("Ready", serving_now, "ProgressDeadlineExceeded", late))
+        conditions.append(_pod_condition(serving_now, "ProgressDeadlineExceeded", late, pod_problem))
     elif serving_now and ready >= replicas:
         phase = "Ready"
         conditions.append(_condition("Ready", True, "Available", f"{ready}/{replicas} replicas ready"))
     else:
         phase = "Deploying"
-        conditions.append(_condition("Ready", serving_now, "Deploying", f"{ready}/{replicas} replicas ready"))
+        conditions.append(_pod_condition(serving_now, "Deploying", f"{ready}/{replicas} replicas ready", pod_problem))
     status.update(phase=phase, replicas=replicas, readyReplicas=ready, ready=f"{ready}/{replicas}")
     status["conditions"] = _with_transitions(conditions, previous, generation, now)
     return {k: v for k, v in status.items() if v is not None}
