@@ -3,6 +3,7 @@ reader every format shares, which raises it."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -23,3 +24,12 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InspectError(f"{path}: not a JSON object")
     return doc
+
+
+def import_extra(module: str, path: Path, what: str) -> Any:
+    """``module`` from the ``inspect`` extra; InspectError naming the file and the install command when absent."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise InspectError(f"{path}: reading {what} needs the {module} package: pip install "
+                           "'inference-backend[inspect]'") from exc  # fmt: skip

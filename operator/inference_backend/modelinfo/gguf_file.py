@@ -14,7 +14,7 @@ from typing import Any
 
 from inference_backend.api.common import GGUF_QUANTIZATIONS
 from inference_backend.modelinfo import tensors as tz
-from inference_backend.modelinfo.errors import InspectError
+from inference_backend.modelinfo.errors import InspectError, import_extra
 from inference_backend.modelinfo.facts import Facts
 from inference_backend.modelinfo.vocab import vocab_hash
 
@@ -24,12 +24,7 @@ _FILE_QUANT = {"ALL_F32": "f32", "MOSTLY_F16": "f16", "MOSTLY_BF16": "bf16"}
 
 
 def _reader(path: Path) -> Any:
-    try:
-        import gguf
-    except ModuleNotFoundError as exc:
-        raise InspectError(
-            f"{path}: reading GGUF needs the gguf package: pip install 'inference-backend[inspect]'"
-        ) from exc
+    gguf = import_extra("gguf", path, "GGUF")
     try:
         with path.open("rb") as f:
             magic = f.read(4)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inference_backend.modelinfo import tensors as tz
-from inference_backend.modelinfo.errors import InspectError
+from inference_backend.modelinfo.errors import InspectError, import_extra
 from inference_backend.modelinfo.facts import Facts
 
 # onnx.TensorProto.DataType -> the Model's dtype names (only weight-carrying types are counted)
@@ -27,12 +27,7 @@ _PAST_KEY = re.compile(r"^past_key_(\d+)$|^past_key_values\.(\d+)\.key$")
 
 
 def _load(path: Path) -> Any:
-    try:
-        import onnx
-    except ModuleNotFoundError as exc:
-        raise InspectError(
-            f"{path}: reading ONNX needs the onnx package: pip install 'inference-backend[inspect]'"
-        ) from exc
+    onnx = import_extra("onnx", path, "ONNX")
     try:
         return onnx.load(str(path), load_external_data=False)
     except OSError as exc:
