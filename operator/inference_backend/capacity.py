@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from inference_backend.api import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.facts import HardwareClass, Pool, capacity, pool_of, reserved
+from inference_backend.facts.pools import overlap
 from inference_backend.selection.hardware import usable_classes
 
 Owner = tuple[str, str]
@@ -128,7 +129,7 @@ def shortfall(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[H
     held = reserved(pool, others, classes)
     if allocatable - held >= needed:
         return None
-    overlapping = {p for p in others if reserved(pool, {p: 1}, classes)}
+    overlapping = {p for p in others if overlap(pool, p, classes)}
     where = ", ".join(f"{k}={v}" for k, v in pool[1])
     gpu = decision.placement.gpu
     return Shortfall(gpu.product, gpu.resource, needed, allocatable, held,
