@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from inference_backend.runners.common import limits as lim
+
 
 def positive_int(text: str) -> int:
     value = int(text)
@@ -19,6 +21,13 @@ def fraction(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0.0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
@@ -54,6 +63,52 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
         default=256,
         metavar="N",
         help="max requests waiting for admission; beyond it requests get 429 (default: 256)",
+    )
+
+    limits = parser.add_argument_group("request limits (OpenAI-shaped errors when exceeded; docs/runners.md)")
+    limits.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=lim.MAX_BODY_BYTES,
+        metavar="N",
+        help=f"largest request body; larger ones get 413 (default: {lim.MAX_BODY_BYTES})",
+    )
+    limits.add_argument(
+        "--max-stop-sequences",
+        type=positive_int,
+        default=lim.MAX_STOP_SEQUENCES,
+        metavar="N",
+        help=f"most `stop` strings per request (default: {lim.MAX_STOP_SEQUENCES})",
+    )
+    limits.add_argument(
+        "--max-stop-chars",
+        type=positive_int,
+        default=lim.MAX_STOP_CHARS,
+        metavar="N",
+        help=f"longest `stop` string, in characters (default: {lim.MAX_STOP_CHARS})",
+    )
+    limits.add_argument(
+        "--max-messages",
+        type=positive_int,
+        default=lim.MAX_MESSAGES,
+        metavar="N",
+        help=f"most chat messages per request (default: {lim.MAX_MESSAGES})",
+    )
+    limits.add_argument(
+        "--request-timeout",
+        type=non_negative_float,
+        default=lim.REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="deadline of one request from arrival; past it the generation is cancelled and the client gets 504 "
+        f"(a stream: an error event); 0 = none (default: {lim.REQUEST_TIMEOUT_S:g})",
+    )
+    limits.add_argument(
+        "--shutdown-timeout",
+        type=non_negative_float,
+        default=lim.SHUTDOWN_TIMEOUT_S,
+        metavar="SECONDS",
+        help="on SIGTERM stop accepting, let running requests finish for this long, then cancel them and exit "
+        f"(default: {lim.SHUTDOWN_TIMEOUT_S:g})",
     )
 
     sched = parser.add_argument_group("scheduling")

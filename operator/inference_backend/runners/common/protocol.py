@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inference_backend.runners.common.limits import SEED_MAX, SEED_MIN
+
 
 class _Base(BaseModel):
     # Unknown OpenAI fields (user, logit_bias, ...) are accepted and ignored, like vLLM does.
@@ -18,10 +20,13 @@ class _Base(BaseModel):
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     # vLLM extensions.
     ignore_eos: bool = False
     return_token_ids: bool = False
+
+    def effective_max_tokens(self) -> int | None:
+        return self.max_tokens
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
