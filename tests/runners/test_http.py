@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ib_testkit.chat import CHAT_TEMPLATE
 from ib_testkit.runners import complete
 
 VLLM_SUFFIXES = (
@@ -28,9 +29,10 @@ VLLM_SUFFIXES = (
 
 
 @pytest.fixture(scope="module", params=["pytorch", "onnx"])
-def server(request: Any, models: dict[str, Path], start_server: Any) -> Any:
+def server(request: Any, models: dict[str, Path], start_server: Any, chat_template: Path) -> Any:
     model = models["tiny" if request.param == "pytorch" else "onnx"]
-    return start_server(request.param, ["--model", str(model), "--served-model-name", "tiny"])
+    args = ["--model", str(model), "--served-model-name", "tiny", "--chat-template", str(chat_template)]
+    return start_server(request.param, args)
 
 
 def _error(r: httpx.Response, status: int, code: str | None) -> dict[str, Any]:
@@ -91,6 +93,23 @@ def test_streaming_equals_non_streaming(server: Any) -> None:
     assert text == whole["text"] and finish == "length"
 
 
+def test_chat_uses_the_template_file(server: Any, models: dict[str, Path]) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models["tiny"])
+    msgs = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "the cat"}]
+    body = {"model": "tiny", "messages": msgs, "max_tokens": 2, "temperature": 0}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    expected = tok.encode(tok.apply_chat_template(msgs, chat_template=CHAT_TEMPLATE, tokenize=False,
+                                                  add_generation_prompt=True), add_special_tokens=False)  # fmt: skip
+    assert r.json()["usage"]["prompt_tokens"] == len(expected)
+    refused = {**body, "messages": [{"role": "system", "content": "be brief"}, *msgs]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=refused, timeout=60)
+    assert r.status_code == 400 and "no system messages here" in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"] == "messages"
+
+
 def test_chat_streaming(server: Any) -> None:
     body = {
         "model": "tiny",
@@ -108,6 +127,10 @@ def test_chat_streaming(server: Any) -> None:
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == content
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    usage = {**body, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=usage) as r:
+        last = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")][-1]
+    assert last["choices"] == [] and last["usage"] == whole["usage"]
 
 
 def test_stop_string(server: Any) -> None:

@@ -40,9 +40,10 @@ def _flags(model: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=["pytorch", "onnx"])
-def limited(request: Any, models: dict[str, Path], start_server: Any) -> Any:
+def limited(request: Any, models: dict[str, Path], start_server: Any, chat_template: Path) -> Any:
     model = models["tiny" if request.param == "pytorch" else "onnx"]
     extra = ["--max-body-bytes", "20000", "--max-stop-sequences", "3", "--max-stop-chars", "10"]
+    extra += ["--chat-template", str(chat_template)]
     return start_server(request.param, _flags(model, *extra, "--max-messages", "3", "--max-model-len", "64"))
 
 

@@ -54,6 +54,14 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
         help="max prompt + generated tokens per request (default: the model's max_position_embeddings)",
     )
 
+    model.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        default=None,
+        help="Jinja chat template for /v1/chat/completions, instead of the tokenizer's; without either, chat "
+        "requests get 400 (default: the tokenizer's)",
+    )
+
     http = parser.add_argument_group("http")
     http.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     http.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")

@@ -136,7 +136,11 @@ async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Pre
             choice["text"] = delta
         if body.return_token_ids and ids is not None:
             choice["token_ids"] = ids
-        return f"data: {json.dumps({**base, 'object': obj, 'choices': [choice]})}\n\n".encode()
+        extra = {"usage": None} if usage else {}
+        return f"data: {json.dumps({**base, 'object': obj, 'choices': [choice], **extra})}\n\n".encode()
+
+    usage = body.stream_options is not None and body.stream_options.include_usage
+    n_out = 0
 
     try:
         if chat:
@@ -147,6 +151,7 @@ async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Pre
                     yield f"data: {json.dumps(errors.engine_error(ev.error).body())}\n\n".encode()
                     break
                 final = ev.finish_reason is not None
+                n_out += len(ev.token_ids)
                 delta = text.push(ev.token_ids, final)
                 finish = "stop" if text.stopped else ev.finish_reason
                 if delta or ev.token_ids or finish:
@@ -155,6 +160,10 @@ async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Pre
                     break
         except errors.APIError as exc:  # the deadline passed mid-stream
             yield f"data: {json.dumps(exc.body())}\n\n".encode()
+        if usage:  # stream_options.include_usage: a last chunk with no choices carries the usage
+            n_prompt = len(prep.ids)
+            tally = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+            yield f"data: {json.dumps({**base, 'object': obj, 'choices': [], 'usage': tally})}\n\n".encode()
         yield b"data: [DONE]\n\n"
     finally:
         sub.close()

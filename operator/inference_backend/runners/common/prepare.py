@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from inference_backend.runners.common import errors
+from inference_backend.runners.common import errors, openai_fields
 from inference_backend.runners.common.limits import Limits
 from inference_backend.runners.common.protocol import ChatCompletionRequest, CompletionRequest, _Base
 from inference_backend.runners.common.state import Loaded, State
@@ -54,6 +54,7 @@ def prepare(raw: bytes, chat: bool, state: State) -> Prepared:
     loaded = state.loaded
     if loaded is None:
         raise errors.not_ready()
+    openai_fields.check(body.model_extra)
     _check_stop(body, state.limits)
     ids = _chat_ids(body, loaded, state.limits) if chat else _completion_ids(body, loaded)
     param = "messages" if chat else "prompt"
@@ -122,13 +123,30 @@ def _chat_ids(body: ChatCompletionRequest, loaded: Loaded, limits: Limits) -> li
             "messages",
             "invalid_value",
         )
-    msgs = [(m.role, m.text()) for m in body.messages]
+    for i, m in enumerate(body.messages):
+        if isinstance(m.content, list) and any(part.get("type") != "text" for part in m.content):
+            raise errors.APIError(
+                400,
+                f"messages[{i}].content: only text content parts are supported by this server.",
+                "invalid_request_error",
+                f"messages.{i}.content",
+                "unsupported_parameter",
+            )
     tok = loaded.tokenizer
-    if getattr(tok, "chat_template", None):
-        conv = [{"role": r, "content": t} for r, t in msgs]
+    if not getattr(tok, "chat_template", None):
+        raise errors.APIError(
+            400,
+            "This model has no chat template, so chat messages cannot be turned into a prompt. Start the server "
+            "with --chat-template FILE (a Jinja template), or use /v1/completions with a prompt.",
+            "invalid_request_error",
+            "messages",
+            "chat_template_missing",
+        )
+    conv = [{"role": m.role, "content": m.text()} for m in body.messages]
+    try:
         text = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=body.add_generation_prompt)
-    else:
-        text = "".join(f"<|{role}|>\n{text}\n" for role, text in msgs) + "<|assistant|>\n"
+    except Exception as exc:  # the template refused the conversation (roles must alternate, ...)
+        raise errors.bad_request(f"messages: the chat template failed: {exc}", "messages", "invalid_value") from exc
     return _encode(loaded, str(text), False, "messages")
 
 

@@ -9,9 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from inference_backend.runners.common.limits import SEED_MAX, SEED_MIN
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+
+
 class _Base(BaseModel):
-    # Unknown OpenAI fields (user, logit_bias, ...) are accepted and ignored, like vLLM does.
-    model_config = ConfigDict(extra="ignore")
+    # Undeclared fields land in model_extra; common/openai_fields.py refuses those we do not implement.
+    model_config = ConfigDict(extra="allow")
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -19,6 +25,7 @@ class _Base(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     # vLLM extensions.
@@ -36,7 +43,6 @@ class _Base(BaseModel):
 
 class CompletionRequest(_Base):
     prompt: str | list[int] | list[str] | list[list[int]]
-    echo: bool = False
 
 
 class ChatMessage(BaseModel):

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from inference_backend.runners.common import errors
 from inference_backend.runners.common.generate import generate
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 def start_scheduler(backend: Any, args: Any, tokenizer: Any, *, kv_budget: int, max_model_len: int,
                     eos_token_ids: set[int], metrics: Metrics, vocab_size: int = 0) -> Loaded:  # fmt: skip
     """The scheduler both runners put in front of their backend, configured from the shared flags, started."""
+    if args.chat_template:
+        tokenizer.chat_template = Path(args.chat_template).read_text()
     sched = Scheduler(
         backend,
         policy=args.batching,
@@ -72,6 +76,31 @@ def build_app(state: State) -> FastAPI:
     @app.exception_handler(errors.APIError)
     async def _api_error(_: Request, exc: errors.APIError) -> JSONResponse:
         return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            err = errors.APIError(404, f"Invalid URL ({where})", "invalid_request_error", None, "not_found")
+        elif exc.status_code == 405:
+            err = errors.APIError(405, f"Method not allowed ({where})", "invalid_request_error", None,
+                                  "method_not_allowed")  # fmt: skip
+        else:
+            err = errors.APIError(exc.status_code, str(exc.detail), "invalid_request_error", None, None)
+        return JSONResponse(err.body(), status_code=err.status, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        param = ".".join(str(p) for p in first["loc"]) or None
+        err = errors.APIError(422, f"{param}: {first['msg']}", "invalid_request_error", param, "invalid_value")
+        return JSONResponse(err.body(), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        err = errors.APIError(500, f"Internal server error: {exc}", "internal_error", None, "internal_error")
+        return JSONResponse(err.body(), status_code=500)
 
     @app.get("/health")
     async def health() -> Response:
