@@ -16,6 +16,7 @@ VLLM_SUFFIXES = (
     "time_to_first_token_seconds_bucket",
     "e2e_request_latency_seconds_bucket",
     "inter_token_latency_seconds_bucket",
+    "request_time_per_output_token_seconds_bucket",
     "prompt_tokens_total",
     "generation_tokens_total",
     "num_requests_running",
@@ -71,8 +72,20 @@ def test_models_health_metrics(server: Any) -> None:
     with httpx.Client() as c:
         complete(c, server.url, "the cat and the dog", 5)
     text = httpx.get(server.url + "/metrics").text
-    for suffix in VLLM_SUFFIXES:
-        assert f"ib:{suffix}" in text, suffix
+    for suffix in VLLM_SUFFIXES:  # vLLM's names, labelled model_name as vLLM's are
+        assert f'vllm:{suffix}{{model_name="tiny"' in text or f"vllm:{suffix}{{le=" in text, suffix
+    series = [ln.split("{")[0].split(" ")[0] for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert not [n for n in series if n.endswith("_created")]  # vLLM exposes none
+    assert {n.split(":")[0] for n in series} <= {"vllm", "ib"} and all(
+        n.startswith("ib:gpu_memory_") for n in series if n.startswith("ib:")
+    )
+    # buckets long enough for CPU generations (vLLM's: TTFT to 2560 s, e2e to 7680 s, inter-token to 80 s)
+    for name, top in (
+        ("time_to_first_token", "2560.0"),
+        ("e2e_request_latency", "7680.0"),
+        ("inter_token_latency", "80.0"),
+    ):
+        assert f'vllm:{name}_seconds_bucket{{le="{top}",model_name="tiny"}}' in text, name
 
 
 def test_streaming_equals_non_streaming(server: Any) -> None:

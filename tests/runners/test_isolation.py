@@ -129,7 +129,7 @@ def test_out_of_vocabulary_ids_get_400_among_good_requests(
             assert r.json()["choices"][0]["token_ids"] == reference(prompt, max_tokens)[0]
     with httpx.Client() as c:
         assert complete(c, srv.url, [1, 5, 9], 4)["usage"]["completion_tokens"] >= 1
-    assert metric(srv.url, "ib:num_requests_running") == 0
+    assert metric(srv.url, "vllm:num_requests_running") == 0
     srv.proc.terminate()
     assert srv.proc.wait(timeout=60) in (0, -signal.SIGTERM)  # uvicorn re-raises SIGTERM after its drain
     assert "Finished server process" in srv.log.read_text()

@@ -137,8 +137,8 @@ def test_deadline_cancels(models: dict[str, Path], start_server: Any) -> None:
     with httpx.stream("POST", srv.url + "/v1/completions", json={**body, "stream": True}, timeout=60) as r:
         lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
     assert json.loads(lines[0][6:])["error"]["code"] == "request_timeout" and lines[-1] == "data: [DONE]"
-    _until(lambda: metric(srv.url, "ib:num_requests_waiting") == 0, "the timed-out requests leave the queue")
-    assert metric(srv.url, "ib:request_success_total", finished_reason="abort") == 2
+    _until(lambda: metric(srv.url, "vllm:num_requests_waiting") == 0, "the timed-out requests leave the queue")
+    assert metric(srv.url, "vllm:request_success_total", finished_reason="abort") == 2
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -148,8 +148,8 @@ def test_disconnect_while_queued_cancels(stream: bool, models: dict[str, Path], 
     url = srv.url + "/v1/completions"
     with pytest.raises(httpx.ReadTimeout), httpx.stream("POST", url, json=body, timeout=1.5) as r:
         r.read()  # whole: no reply while queued; stream: nothing after the headers
-    _until(lambda: metric(srv.url, "ib:num_requests_waiting") == 0, "the abandoned request leaves the queue")
-    assert metric(srv.url, "ib:request_success_total", finished_reason="abort") == 1
+    _until(lambda: metric(srv.url, "vllm:num_requests_waiting") == 0, "the abandoned request leaves the queue")
+    assert metric(srv.url, "vllm:request_success_total", finished_reason="abort") == 1
 
 
 def test_disconnect_mid_stream_stops_generation(models: dict[str, Path], start_server: Any) -> None:
@@ -159,9 +159,9 @@ def test_disconnect_mid_stream_stops_generation(models: dict[str, Path], start_s
         for line in r.iter_lines():
             if '"text"' in line:
                 break  # the first tokens arrived: hang up
-    _until(lambda: metric(srv.url, "ib:num_requests_running") == 0, "the generation stops")
-    assert metric(srv.url, "ib:request_success_total", finished_reason="abort") == 1
-    assert metric(srv.url, "ib:generation_tokens_total") < 500
+    _until(lambda: metric(srv.url, "vllm:num_requests_running") == 0, "the generation stops")
+    assert metric(srv.url, "vllm:request_success_total", finished_reason="abort") == 1
+    assert metric(srv.url, "vllm:generation_tokens_total") < 500
 
 
 def test_sigterm_drains_then_cancels(models: dict[str, Path], start_server: Any) -> None:
@@ -188,7 +188,7 @@ def test_sigterm_drains_then_cancels(models: dict[str, Path], start_server: Any)
 
     t = threading.Thread(target=send)
     t.start()
-    _until(lambda: metric(parked.url, "ib:num_requests_waiting") == 1, "the request is queued")
+    _until(lambda: metric(parked.url, "vllm:num_requests_waiting") == 1, "the request is queued")
     parked.proc.send_signal(signal.SIGTERM)
     assert parked.proc.wait(timeout=60) in (0, -signal.SIGTERM)  # not the ten minutes the batch would wait
     t.join(timeout=60)

@@ -106,6 +106,12 @@ def test_stream_include_usage(bare: Any) -> None:
     assert all(c["usage"] is None for c in chunks[:-1])
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11}
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}  # vLLM's (guidellm sends it)
+    with httpx.stream("POST", bare.url + "/v1/completions", json=body, timeout=60) as r:
+        running = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]
+    counts = [c["usage"]["completion_tokens"] for c in running]
+    assert counts == sorted(counts) and counts[-1] == 7 and running[-1]["choices"] == []
+    assert all(c["usage"]["prompt_tokens"] == 4 for c in running)
     without = {k: v for k, v in body.items() if k != "stream_options"}
     with httpx.stream("POST", bare.url + "/v1/completions", json=without, timeout=60) as r:
         plain = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")]

@@ -136,10 +136,16 @@ async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Pre
             choice["text"] = delta
         if body.return_token_ids and ids is not None:
             choice["token_ids"] = ids
-        extra = {"usage": None} if usage else {}
+        extra = {"usage": (tally() if continuous else None)} if usage else {}
         return f"data: {json.dumps({**base, 'object': obj, 'choices': [choice], **extra})}\n\n".encode()
 
-    usage = body.stream_options is not None and body.stream_options.include_usage
+    def tally() -> dict[str, int]:
+        n_prompt = len(prep.ids)
+        return {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
+
+    options = body.stream_options
+    usage = options is not None and options.include_usage
+    continuous = usage and options is not None and options.continuous_usage_stats
     n_out = 0
 
     try:
@@ -161,9 +167,7 @@ async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Pre
         except errors.APIError as exc:  # the deadline passed mid-stream
             yield f"data: {json.dumps(exc.body())}\n\n".encode()
         if usage:  # stream_options.include_usage: a last chunk with no choices carries the usage
-            n_prompt = len(prep.ids)
-            tally = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
-            yield f"data: {json.dumps({**base, 'object': obj, 'choices': [], 'usage': tally})}\n\n".encode()
+            yield f"data: {json.dumps({**base, 'object': obj, 'choices': [], 'usage': tally()})}\n\n".encode()
         yield b"data: [DONE]\n\n"
     finally:
         sub.close()

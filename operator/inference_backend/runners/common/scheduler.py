@@ -42,6 +42,7 @@ class Sequence:
     finish: str | None = None
     slot: Any = None  # backend-owned state (row index, caches, sampler)
     t_last: float = 0.0
+    t_first: float = 0.0  # when the first token came (vLLM's time per output token excludes it)
     generated: int = 0
     scheduled: float = field(default_factory=time.monotonic)
     error: str | None = None  # set by pick(): this request failed (the others go on)
@@ -276,6 +277,7 @@ class Scheduler:
             if seq.finish == "error":
                 continue  # _retire tells the client
             if seq.t_last == 0.0:
+                seq.t_first = now
                 self.metrics.ttft.observe(now - seq.req.arrival)
             elif out:
                 for _ in out:
@@ -294,6 +296,8 @@ class Scheduler:
             self.running.remove(s)
             self.reserved -= s.reserved
             self.metrics.e2e.observe(now - s.req.arrival)
+            if s.generated > 1:  # vLLM: decode time / (generation tokens - 1)
+                self.metrics.tpot.observe((s.t_last - s.t_first) / (s.generated - 1))
             self.metrics.finished(s.finish or "stop")
             if s.finish == "abort":
                 s.req.emit(TokenEvent([], "abort"))
