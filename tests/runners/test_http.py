@@ -188,3 +188,17 @@ def test_health_503_while_loading() -> None:
     assert client.get("/health").status_code == 503
     r = client.post("/v1/completions", json={"model": "tiny", "prompt": "a"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
+
+
+def test_openapi_document_describes_the_bodies_and_errors(server: Any) -> None:
+    """What schema fuzzers (schemathesis) read: the request models and the OpenAI-shaped error responses."""
+    doc = httpx.get(server.url + "/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    for path, field in (("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")):
+        op = doc["paths"][path]["post"]
+        ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert field in schemas[ref.rsplit("/", 1)[1]]["properties"], path
+        for code in ("400", "404", "413", "429", "500", "503", "504"):
+            assert op["responses"][code]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
+    assert set(schemas["Error"]["properties"]["error"]["required"]) == {"message", "type", "param", "code"}
+    assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
