@@ -104,8 +104,8 @@ def main() -> None:
         try:
             run(srv.url, jobs[:2], k, 1)
             t = run(srv.url, jobs, k, 1)
-            prop = metric(srv.url, "ib:spec_decode_num_draft_tokens_total")
-            acc = metric(srv.url, "ib:spec_decode_num_accepted_tokens_total")
+            prop = metric(srv.url, "vllm:spec_decode_num_draft_tokens_total")
+            acc = metric(srv.url, "vllm:spec_decode_num_accepted_tokens_total")
         finally:
             srv.stop()
         plain = plain or t

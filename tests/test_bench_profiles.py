@@ -68,8 +68,8 @@ def test_parse_llama_bench_json() -> None:
 
 
 def test_parse_prometheus_sums_label_sets() -> None:
-    text = 'ib:kv_cache_usage_perc{model_name="a"} 0.25\nib:kv_cache_usage_perc{model_name="b"} 0.5\nother 3\n'
-    assert procstats.parse_prometheus(text, "ib:kv_cache_usage_perc") == 0.75
+    text = 'vllm:kv_cache_usage_perc{model_name="a"} 0.25\nvllm:kv_cache_usage_perc{model_name="b"} 0.5\nother 3\n'
+    assert procstats.parse_prometheus(text, "vllm:kv_cache_usage_perc") == 0.75
     assert procstats.parse_prometheus(text, "absent") is None
 
 

@@ -109,7 +109,7 @@ def strip_eos(tokens: list[int]) -> list[int]:
 
 
 class MetricSampler:
-    """Polls GET /metrics during the load for the largest value of one gauge (runners: ib:kv_cache_usage_perc)."""
+    """Polls GET /metrics during the load for the largest value of one gauge (runners: vllm:kv_cache_usage_perc)."""
 
     def __init__(self, url: str, name: str | None, interval: float = 0.5) -> None:
         self.url, self.name, self.interval = url, name, interval

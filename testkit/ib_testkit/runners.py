@@ -92,8 +92,9 @@ def concurrent(url: str, jobs: list[tuple[list[int], int]], workers: int = 32) -
         return list(pool.map(lambda job: complete(client, url, job[0], job[1]), jobs))
 
 
-def metric(url: str, name: str) -> float:
-    """Sum of a Prometheus metric's samples (all label sets)."""
+def metric(url: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus metric's samples (all label sets, or those carrying every label given)."""
     text = httpx.get(url + "/metrics").text
-    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.M)
-    return sum(float(v) for v in pattern.findall(text))
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.M)
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(float(v) for lbl, v in pattern.findall(text) if all(w in lbl for w in wanted))

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from ib_testkit import free_port
+from ib_testkit.chat import CHAT_TEMPLATE
 
 HEAVY = ("torch", "transformers", "onnxruntime", "onnx", "fastapi", "uvicorn", "httpx")
 REQUIRE = os.environ.get("IB_REQUIRE_RUNNERS") == "1"
@@ -34,6 +35,13 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
     if REQUIRE and report.skipped and ALLOWED_SKIP not in str(report.longrepr):
         report.outcome = "failed"
         report.longrepr = f"skipped under IB_REQUIRE_RUNNERS=1: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def chat_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "chat.jinja"
+    path.write_text(CHAT_TEMPLATE)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,8 @@ ROOT = Path(__file__).parents[2]
 COMMON = {
     "--model", "--served-model-name", "--host", "--port", "--dtype", "--batching", "--max-batch-size",
     "--max-batch-tokens", "--max-wait-ms", "--max-model-len", "--max-queue", "--kv-cache-memory-fraction",
-    "--enable-prefix-caching", "--threads",
+    "--enable-prefix-caching", "--threads", "--max-body-bytes", "--max-stop-sequences", "--max-stop-chars",
+    "--max-messages", "--request-timeout", "--shutdown-timeout", "--chat-template",
 }  # fmt: skip
 
 
@@ -37,6 +38,10 @@ def test_defaults_and_choices() -> None:
         onnx_parser().parse_args(["--model", "m", "--batching", "continuous"])
     with pytest.raises(SystemExit):
         pytorch_parser().parse_args(["--model", "m", "--kv-cache-memory-fraction", "1.5"])
+    limits = (p.max_body_bytes, p.max_stop_sequences, p.max_stop_chars, p.max_messages)
+    assert limits == (8 * 2**20, 16, 256, 1024) and (p.request_timeout, p.shutdown_timeout) == (600.0, 20.0)
+    with pytest.raises(SystemExit):
+        onnx_parser().parse_args(["--model", "m", "--request-timeout", "-1"])
 
 
 @pytest.mark.parametrize("kind", ["pytorch", "onnx"])

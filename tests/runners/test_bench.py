@@ -43,7 +43,7 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_concurrency_sweep_against_the_pytorch_runner(server: Any, tiny: Path, tmp_path: Path) -> None:
-    generated = metric(server.url, "ib:generation_tokens_total")
+    generated = metric(server.url, "vllm:generation_tokens_total")
     out = tmp_path / "out"
     args = f"--url {server.url} --model tiny --processor {tiny} --concurrency 1,2 --requests 6 --prompt-tokens 32"
     proc = bench(*args.split(), *f"--output-tokens 8 --no-progress --out {out}".split(), *IGNORE_EOS)
@@ -60,7 +60,7 @@ def test_concurrency_sweep_against_the_pytorch_runner(server: Any, tiny: Path, t
             assert 0 < q["p50"] <= q["p95"] <= q["p99"], (key, q)
         assert s["ttftMs"]["p50"] < s["latencyMs"]["p99"]
     # The runner honoured ignore_eos: every request generated exactly its 8 tokens.
-    assert metric(server.url, "ib:generation_tokens_total") - generated == 2 * 6 * 8
+    assert metric(server.url, "vllm:generation_tokens_total") - generated == 2 * 6 * 8
     png = (out / "bench.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 1000
     raw = json.loads((out / "guidellm.json").read_text())

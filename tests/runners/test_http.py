@@ -9,12 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
+from ib_testkit.chat import CHAT_TEMPLATE
 from ib_testkit.runners import complete
 
 VLLM_SUFFIXES = (
     "time_to_first_token_seconds_bucket",
     "e2e_request_latency_seconds_bucket",
     "inter_token_latency_seconds_bucket",
+    "request_time_per_output_token_seconds_bucket",
     "prompt_tokens_total",
     "generation_tokens_total",
     "num_requests_running",
@@ -28,9 +30,10 @@ VLLM_SUFFIXES = (
 
 
 @pytest.fixture(scope="module", params=["pytorch", "onnx"])
-def server(request: Any, models: dict[str, Path], start_server: Any) -> Any:
+def server(request: Any, models: dict[str, Path], start_server: Any, chat_template: Path) -> Any:
     model = models["tiny" if request.param == "pytorch" else "onnx"]
-    return start_server(request.param, ["--model", str(model), "--served-model-name", "tiny"])
+    args = ["--model", str(model), "--served-model-name", "tiny", "--chat-template", str(chat_template)]
+    return start_server(request.param, args)
 
 
 def _error(r: httpx.Response, status: int, code: str | None) -> dict[str, Any]:
@@ -69,8 +72,20 @@ def test_models_health_metrics(server: Any) -> None:
     with httpx.Client() as c:
         complete(c, server.url, "the cat and the dog", 5)
     text = httpx.get(server.url + "/metrics").text
-    for suffix in VLLM_SUFFIXES:
-        assert f"ib:{suffix}" in text, suffix
+    for suffix in VLLM_SUFFIXES:  # vLLM's names, labelled model_name as vLLM's are
+        assert f'vllm:{suffix}{{model_name="tiny"' in text or f"vllm:{suffix}{{le=" in text, suffix
+    series = [ln.split("{")[0].split(" ")[0] for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert not [n for n in series if n.endswith("_created")]  # vLLM exposes none
+    assert {n.split(":")[0] for n in series} <= {"vllm", "ib"} and all(
+        n.startswith("ib:gpu_memory_") for n in series if n.startswith("ib:")
+    )
+    # buckets long enough for CPU generations (vLLM's: TTFT to 2560 s, e2e to 7680 s, inter-token to 80 s)
+    for name, top in (
+        ("time_to_first_token", "2560.0"),
+        ("e2e_request_latency", "7680.0"),
+        ("inter_token_latency", "80.0"),
+    ):
+        assert f'vllm:{name}_seconds_bucket{{le="{top}",model_name="tiny"}}' in text, name
 
 
 def test_streaming_equals_non_streaming(server: Any) -> None:
@@ -91,6 +106,23 @@ def test_streaming_equals_non_streaming(server: Any) -> None:
     assert text == whole["text"] and finish == "length"
 
 
+def test_chat_uses_the_template_file(server: Any, models: dict[str, Path]) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models["tiny"])
+    msgs = [{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "the cat"}]
+    body = {"model": "tiny", "messages": msgs, "max_tokens": 2, "temperature": 0}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    expected = tok.encode(tok.apply_chat_template(msgs, chat_template=CHAT_TEMPLATE, tokenize=False,
+                                                  add_generation_prompt=True), add_special_tokens=False)  # fmt: skip
+    assert r.json()["usage"]["prompt_tokens"] == len(expected)
+    refused = {**body, "messages": [{"role": "system", "content": "be brief"}, *msgs]}
+    r = httpx.post(server.url + "/v1/chat/completions", json=refused, timeout=60)
+    assert r.status_code == 400 and "no system messages here" in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"] == "messages"
+
+
 def test_chat_streaming(server: Any) -> None:
     body = {
         "model": "tiny",
@@ -108,6 +140,10 @@ def test_chat_streaming(server: Any) -> None:
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == content
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    usage = {**body, "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=usage) as r:
+        last = [json.loads(ln[6:]) for ln in r.iter_lines() if ln.startswith("data: {")][-1]
+    assert last["choices"] == [] and last["usage"] == whole["usage"]
 
 
 def test_stop_string(server: Any) -> None:
@@ -152,3 +188,17 @@ def test_health_503_while_loading() -> None:
     assert client.get("/health").status_code == 503
     r = client.post("/v1/completions", json={"model": "tiny", "prompt": "a"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "model_loading"
+
+
+def test_openapi_document_describes_the_bodies_and_errors(server: Any) -> None:
+    """What schema fuzzers (schemathesis) read: the request models and the OpenAI-shaped error responses."""
+    doc = httpx.get(server.url + "/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    for path, field in (("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")):
+        op = doc["paths"][path]["post"]
+        ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert field in schemas[ref.rsplit("/", 1)[1]]["properties"], path
+        for code in ("400", "404", "413", "429", "500", "503", "504"):
+            assert op["responses"][code]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
+    assert set(schemas["Error"]["properties"]["error"]["required"]) == {"message", "type", "param", "code"}
+    assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]

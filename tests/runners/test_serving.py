@@ -41,10 +41,10 @@ def test_greedy_matches_generate(
     args = ["--model", str(model), "--served-model-name", "tiny", "--max-batch-size", "8"]
     srv = start_server(kind, [*args, *flags])
     _check(srv.url, reference)
-    hits = metric(srv.url, "ib:prefix_cache_hits_total")
+    hits = metric(srv.url, "vllm:prefix_cache_hits_total")
     assert (hits > 0) == ("--enable-prefix-caching" in flags)
-    assert metric(srv.url, "ib:num_requests_running") == 0
-    assert metric(srv.url, "ib:request_success_total") == 32
+    assert metric(srv.url, "vllm:num_requests_running") == 0
+    assert metric(srv.url, "vllm:request_success_total") == 32
 
 
 @pytest.mark.parametrize(("draft", "flags"), SPEC)
@@ -55,8 +55,8 @@ def test_speculative_decoding_keeps_greedy_output(
     args += ["--draft-model", str(models[draft]), "--num-speculative-tokens", "3"]
     srv = start_server("pytorch", [*args, *flags])
     _check(srv.url, reference)
-    proposed = metric(srv.url, "ib:spec_decode_num_draft_tokens_total")
-    accepted = metric(srv.url, "ib:spec_decode_num_accepted_tokens_total")
+    proposed = metric(srv.url, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = metric(srv.url, "vllm:spec_decode_num_accepted_tokens_total")
     assert proposed > 0
     if draft == "tiny":
         assert accepted == proposed  # the target drafting for itself is always right

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from inference_backend.runners.common import limits as lim
+
 
 def positive_int(text: str) -> int:
     value = int(text)
@@ -19,6 +21,13 @@ def fraction(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0.0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
@@ -45,6 +54,14 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
         help="max prompt + generated tokens per request (default: the model's max_position_embeddings)",
     )
 
+    model.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        default=None,
+        help="Jinja chat template for /v1/chat/completions, instead of the tokenizer's; without either, chat "
+        "requests get 400 (default: the tokenizer's)",
+    )
+
     http = parser.add_argument_group("http")
     http.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     http.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
@@ -54,6 +71,52 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
         default=256,
         metavar="N",
         help="max requests waiting for admission; beyond it requests get 429 (default: 256)",
+    )
+
+    limits = parser.add_argument_group("request limits (OpenAI-shaped errors when exceeded; docs/runners.md)")
+    limits.add_argument(
+        "--max-body-bytes",
+        type=positive_int,
+        default=lim.MAX_BODY_BYTES,
+        metavar="N",
+        help=f"largest request body; larger ones get 413 (default: {lim.MAX_BODY_BYTES})",
+    )
+    limits.add_argument(
+        "--max-stop-sequences",
+        type=positive_int,
+        default=lim.MAX_STOP_SEQUENCES,
+        metavar="N",
+        help=f"most `stop` strings per request (default: {lim.MAX_STOP_SEQUENCES})",
+    )
+    limits.add_argument(
+        "--max-stop-chars",
+        type=positive_int,
+        default=lim.MAX_STOP_CHARS,
+        metavar="N",
+        help=f"longest `stop` string, in characters (default: {lim.MAX_STOP_CHARS})",
+    )
+    limits.add_argument(
+        "--max-messages",
+        type=positive_int,
+        default=lim.MAX_MESSAGES,
+        metavar="N",
+        help=f"most chat messages per request (default: {lim.MAX_MESSAGES})",
+    )
+    limits.add_argument(
+        "--request-timeout",
+        type=non_negative_float,
+        default=lim.REQUEST_TIMEOUT_S,
+        metavar="SECONDS",
+        help="deadline of one request from arrival; past it the generation is cancelled and the client gets 504 "
+        f"(a stream: an error event); 0 = none (default: {lim.REQUEST_TIMEOUT_S:g})",
+    )
+    limits.add_argument(
+        "--shutdown-timeout",
+        type=non_negative_float,
+        default=lim.SHUTDOWN_TIMEOUT_S,
+        metavar="SECONDS",
+        help="on SIGTERM stop accepting, let running requests finish for this long, then cancel them and exit "
+        f"(default: {lim.SHUTDOWN_TIMEOUT_S:g})",
     )
 
     sched = parser.add_argument_group("scheduling")

@@ -20,7 +20,10 @@ class SamplingParams:
 
 @dataclass
 class TokenEvent:
-    """New tokens for one request; finish_reason set on the last event ("stop", "length", "abort")."""
+    """New tokens for one request; finish_reason set on the last event ("stop", "length", "abort", "error").
+
+    With "error", `error` says what failed for this request (only this one: the others go on).
+    """
 
     token_ids: list[int]
     finish_reason: str | None = None
@@ -53,10 +56,18 @@ class Engine(Protocol):
     max_model_len: int
 
     def submit(self, req: GenRequest) -> None:
-        """Queue a request; raises QueueFull when --max-queue requests are already waiting."""
+        """Queue a request; raises QueueFull when --max-queue requests are already waiting, EngineUnavailable
+        when stopping or broken."""
+
+    def cancel(self, req: GenRequest) -> None:
+        """The client is gone or the deadline passed: drop the request (it ends with finish_reason "abort")."""
 
     def shutdown(self) -> None: ...
 
 
 class QueueFull(Exception):
     pass
+
+
+class EngineUnavailable(Exception):
+    """The engine is stopping, or a device error made it unusable (then /health answers 503)."""

@@ -48,3 +48,39 @@ def overloaded(max_queue: int) -> APIError:
 
 def not_ready() -> APIError:
     return APIError(503, "Model is still loading.", "service_unavailable", None, "model_loading")
+
+
+def context_exceeded(message: str, param: str) -> APIError:
+    return APIError(400, message, "invalid_request_error", param, "context_length_exceeded")
+
+
+def too_large(limit: int) -> APIError:
+    return APIError(
+        413,
+        f"The request body is larger than {limit} bytes (--max-body-bytes).",
+        "invalid_request_error",
+        None,
+        "request_too_large",
+    )
+
+
+def client_gone() -> APIError:
+    return APIError(499, "The client closed the connection.", "invalid_request_error", None, "client_closed")
+
+
+def timed_out(seconds: float) -> APIError:
+    return APIError(
+        504,
+        f"The request did not finish within {seconds:g} s (--request-timeout); its generation was cancelled.",
+        "timeout_error",
+        None,
+        "request_timeout",
+    )
+
+
+def unavailable(reason: str) -> APIError:
+    return APIError(503, f"The engine is not serving: {reason}", "service_unavailable", None, "engine_unavailable")
+
+
+def engine_error(message: str) -> APIError:
+    return APIError(500, message, "internal_error", None, "engine_error")

@@ -1,8 +1,11 @@
-"""Prometheus metrics named like vLLM's (`vllm:<suffix>`), with our `ib:` prefix where the meaning matches.
+"""Prometheus metrics under vLLM's names (`vllm:...`, labelled `model_name`) where the meaning is the same, so
+dashboards, KEDA triggers and schedulers written for vLLM read our runners unchanged (docs/metrics.md).
 
-
-Prefix-cache counters count prompt *tokens* queried/hit, like vLLM's. Device memory comes from NVML when
-nvidia-ml-py is installed and a GPU is visible; otherwise those gauges are simply absent.
+Names and bucket boundaries follow vLLM 0.33 (vllm/v1/metrics/loggers.py, vllm/v1/metrics/buckets.py): their
+buckets reach 2560 s (TTFT), 80 s (inter-token) and 7680 s (e2e, queue), long enough for CPU generations.
+Prefix-cache counters count prompt *tokens* queried/hit, like vLLM's. No `_created` series (prometheus_client's
+are disabled), as in vLLM. Only what vLLM lacks keeps our prefix: device memory, `ib:gpu_memory_*_bytes`, from
+NVML when nvidia-ml-py is installed and a GPU is visible (otherwise absent).
 """
 
 from __future__ import annotations
@@ -11,32 +14,24 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-PREFIX = "ib:"
+PREFIX = "vllm:"
+OWN_PREFIX = "ib:"
 log = logging.getLogger(__name__)
+FINISHED_REASONS = ("stop", "length", "abort", "error")  # vLLM's FinishReason, less `repetition` (no such check)
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
-_LATENCY_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    20.0,
-)
-_ITL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 1.0)
+# vLLM 0.33, vllm/v1/metrics/buckets.py
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                           240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
 
 class NvmlCollector(Collector):
@@ -56,8 +51,8 @@ class NvmlCollector(Collector):
         if self._nvml is None:
             return
         nv = self._nvml
-        used = GaugeMetricFamily(f"{PREFIX}gpu_memory_used_bytes", "Device memory used", labels=["gpu"])
-        total = GaugeMetricFamily(f"{PREFIX}gpu_memory_total_bytes", "Device memory total", labels=["gpu"])
+        used = GaugeMetricFamily(f"{OWN_PREFIX}gpu_memory_used_bytes", "Device memory used", labels=["gpu"])
+        total = GaugeMetricFamily(f"{OWN_PREFIX}gpu_memory_total_bytes", "Device memory total", labels=["gpu"])
         for i in range(nv.nvmlDeviceGetCount()):
             info = nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i))
             used.add_metric([str(i)], float(info.used))
@@ -80,10 +75,13 @@ class Metrics:
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
             return Histogram(PREFIX + name, doc, lbl, buckets=buckets, registry=r).labels(model_name)
 
-        self.ttft = hist("time_to_first_token_seconds", "Time to first token", _LATENCY_BUCKETS)
-        self.e2e = hist("e2e_request_latency_seconds", "End-to-end request latency", _LATENCY_BUCKETS)
-        self.itl = hist("inter_token_latency_seconds", "Time between output tokens", _ITL_BUCKETS)
-        self.queue_time = hist("request_queue_time_seconds", "Time before being scheduled", _LATENCY_BUCKETS)
+        self.ttft = hist("time_to_first_token_seconds", "Time to first token", TTFT_BUCKETS)
+        self.e2e = hist("e2e_request_latency_seconds", "End-to-end request latency", REQUEST_LATENCY_BUCKETS)
+        self.itl = hist("inter_token_latency_seconds", "Time between output tokens", ITL_BUCKETS)
+        self.tpot = hist(  # per request; vLLM 0.33's name for the old vllm:time_per_output_token_seconds
+            "request_time_per_output_token_seconds", "Mean time per output token of each request", ITL_BUCKETS
+        )
+        self.queue_time = hist("request_queue_time_seconds", "Time before being scheduled", REQUEST_LATENCY_BUCKETS)
         self.prompt_tokens = counter("prompt_tokens", "Prefilled prompt tokens")
         self.generation_tokens = counter("generation_tokens", "Generated tokens")
         self.running = gauge("num_requests_running", "Requests in a running batch")
@@ -98,6 +96,8 @@ class Metrics:
             PREFIX + "request_success", "Finished requests", ["model_name", "finished_reason"], registry=r
         )
         self.model_name = model_name
+        for reason in FINISHED_REASONS:  # every series from the start, as vLLM does (rate() needs a first 0)
+            self.success.labels(model_name, reason)
         r.register(NvmlCollector())
 
     def finished(self, reason: str) -> None:

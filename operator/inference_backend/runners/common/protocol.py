@@ -6,10 +6,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inference_backend.runners.common.limits import SEED_MAX, SEED_MIN
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: the usage so far in every chunk (with include_usage)
+
 
 class _Base(BaseModel):
-    # Unknown OpenAI fields (user, logit_bias, ...) are accepted and ignored, like vLLM does.
-    model_config = ConfigDict(extra="ignore")
+    # Undeclared fields land in model_extra; common/openai_fields.py refuses those we do not implement.
+    model_config = ConfigDict(extra="allow")
 
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -17,11 +26,15 @@ class _Base(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     # vLLM extensions.
     ignore_eos: bool = False
     return_token_ids: bool = False
+
+    def effective_max_tokens(self) -> int | None:
+        return self.max_tokens
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -31,7 +44,6 @@ class _Base(BaseModel):
 
 class CompletionRequest(_Base):
     prompt: str | list[int] | list[str] | list[list[int]]
-    echo: bool = False
 
 
 class ChatMessage(BaseModel):

@@ -9,6 +9,12 @@ One engine thread owns the model. Policies:
   continuous - at every decode step, finished sequences leave and queued ones are prefilled and join.
 Admission: a request reserves prompt + max_tokens KV tokens; it waits while the reservation would exceed the
 KV budget (--kv-cache-memory-fraction).
+Isolation: a request that fails fails alone. Backends choose tokens through Sequence.pick, which records a
+sampling error on that sequence only; a failed batched prefill is retried one sequence at a time (backends
+change no state unless a prefill succeeds), so only the request that raises gets an error. A failed decode step
+is not any one request's fault: it fails the running batch. After any failure the backend's device is checked:
+a broken device (a CUDA error poisons the context) marks the engine fatal, every request gets an error, /health
+turns 503 and the pod is restarted.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inference_backend.runners.common.engine import GenRequest, QueueFull, TokenEvent
+from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, TokenEvent
 from inference_backend.runners.common.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -35,8 +42,19 @@ class Sequence:
     finish: str | None = None
     slot: Any = None  # backend-owned state (row index, caches, sampler)
     t_last: float = 0.0
+    t_first: float = 0.0  # when the first token came (vLLM's time per output token excludes it)
     generated: int = 0
     scheduled: float = field(default_factory=time.monotonic)
+    error: str | None = None  # set by pick(): this request failed (the others go on)
+
+    def pick(self, choose: Callable[[Any], int], logits: Any) -> list[int]:
+        """choose(logits) as a one-token list; on an exception, the sequence fails alone (returns [])."""
+        try:
+            return [choose(logits)]
+        except Exception as exc:
+            log.warning("request %s: sampling failed: %s", self.req.request_id, exc)
+            self.error = f"sampling failed: {exc}"
+            return []
 
 
 class Backend(Protocol):
@@ -50,6 +68,10 @@ class Backend(Protocol):
 
     def release(self, seqs: list[Sequence]) -> None:
         """Drop finished sequences from the running batch."""
+        ...
+
+    def device_error(self) -> str | None:
+        """After a failure: why the device is unusable now, or None when it still works."""
         ...
 
 
@@ -81,6 +103,7 @@ class Scheduler:
         self.waiting: collections.deque[GenRequest] = collections.deque()
         self.running: list[Sequence] = []
         self.reserved = 0
+        self.fatal: str | None = None  # set when the device broke: the engine serves no more
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
@@ -88,10 +111,18 @@ class Scheduler:
     # -- called from the HTTP side -------------------------------------------------------------------
     def submit(self, req: GenRequest) -> None:
         with self._cond:
+            if self.fatal is not None or self._stop:
+                raise EngineUnavailable(self.fatal or "the server is shutting down")
             if len(self.waiting) >= self.max_queue:
                 raise QueueFull(self.max_queue)
             self.waiting.append(req)
             self.metrics.waiting.set(len(self.waiting))
+            self._cond.notify()
+
+    def cancel(self, req: GenRequest) -> None:
+        """Drop a request (client gone, deadline passed); wakes the engine so a queued one leaves at once."""
+        req.cancelled.set()
+        with self._cond:
             self._cond.notify()
 
     def start(self) -> None:
@@ -102,6 +133,10 @@ class Scheduler:
             self._stop = True
             self._cond.notify()
         self._thread.join(timeout=5)
+
+    def alive(self) -> bool:
+        """False once the device broke or the engine thread ended (then /health answers 503)."""
+        return self.fatal is None and self._thread.is_alive()
 
     # -- engine thread --------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -114,9 +149,21 @@ class Scheduler:
                     self._prefill(admitted)
                 if self.running:
                     self._decode()
-            except Exception as exc:  # a bug or OOM must not kill the server: fail the batch, go on
+            except Exception as exc:  # not one request's fault (a bug, OOM): fail the running batch, go on
                 log.exception("engine step failed")
-                self._fail_all(str(exc))
+                self._fail_running(f"engine step failed: {exc}")
+            if self.fatal is not None:
+                self._fail_everything()
+                return
+
+    def _check_device(self) -> None:
+        try:
+            err = self.backend.device_error()
+        except Exception as exc:
+            err = f"device check failed: {exc}"
+        if err is not None:
+            log.error("device unusable, the engine stops (health turns 503): %s", err)
+            self.fatal = err
 
     def _next_admissions(self) -> list[Sequence] | None:
         """Block as the policy says; return the requests to prefill now (None: shutting down)."""
@@ -145,9 +192,13 @@ class Scheduler:
         return sum(len(r.prompt_ids) for r in self.waiting)
 
     def _drop_cancelled_waiting(self) -> None:
-        for req in [r for r in self.waiting if r.cancelled.is_set()]:
+        gone = [r for r in self.waiting if r.cancelled.is_set()]
+        for req in gone:
             self.waiting.remove(req)
+            self.metrics.finished("abort")
             req.emit(TokenEvent([], "abort"))
+        if gone:
+            self.metrics.waiting.set(len(self.waiting))
 
     def _take(self, slots: int) -> list[Sequence]:
         taken: list[Sequence] = []
@@ -169,17 +220,35 @@ class Scheduler:
         return taken
 
     def _prefill(self, seqs: list[Sequence]) -> None:
-        self.running.extend(seqs)
-        self.metrics.prompt_tokens.inc(sum(s.prompt_len for s in seqs))
-        self._gauges()
         try:
             first = self.backend.prefill(seqs)
-        except Exception:
-            for s in seqs:
-                self.running.remove(s)
-                self.reserved -= s.reserved
-            raise
+        except Exception as exc:
+            self._check_device()
+            if self.fatal is not None:
+                self._fail(seqs, self.fatal)
+                return
+            if len(seqs) == 1:
+                log.warning("request %s: prefill failed: %s", seqs[0].req.request_id, exc)
+                self._fail(seqs, f"prefill failed: {exc}")
+                return
+            for seq in seqs:  # find the culprit(s): the backend changed nothing, so retry one at a time
+                if self.fatal is None:
+                    self._prefill([seq])
+                else:
+                    self._fail([seq], self.fatal)
+            return
+        self.metrics.prompt_tokens.inc(sum(s.prompt_len for s in seqs))
+        self.running.extend(seqs)
+        self._gauges()
         self._advance(seqs, first)
+
+    def _fail(self, seqs: list[Sequence], message: str) -> None:
+        """Requests that never joined the running batch: error them, give back their KV reservation."""
+        for s in seqs:
+            self.reserved -= s.reserved
+            self.metrics.finished("error")
+            s.req.emit(TokenEvent([], "error", error=message))
+        self._gauges()
 
     def _decode(self) -> None:
         for s in self.running:
@@ -193,7 +262,9 @@ class Scheduler:
         now = time.monotonic()
         for seq, toks in zip(seqs, new, strict=True):
             out: list[int] = []
-            for tok in toks:
+            if seq.error is not None:
+                seq.finish = "error"
+            for tok in toks if seq.finish is None else ():
                 if tok in self.eos and not seq.req.params.ignore_eos:
                     seq.finish = "stop"
                     break
@@ -203,7 +274,10 @@ class Scheduler:
                 if seq.generated >= seq.req.params.max_tokens or len(seq.tokens) >= self.max_model_len:
                     seq.finish = "length"
                     break
+            if seq.finish == "error":
+                continue  # _retire tells the client
             if seq.t_last == 0.0:
+                seq.t_first = now
                 self.metrics.ttft.observe(now - seq.req.arrival)
             elif out:
                 for _ in out:
@@ -222,22 +296,46 @@ class Scheduler:
             self.running.remove(s)
             self.reserved -= s.reserved
             self.metrics.e2e.observe(now - s.req.arrival)
+            if s.generated > 1:  # vLLM: decode time / (generation tokens - 1)
+                self.metrics.tpot.observe((s.t_last - s.t_first) / (s.generated - 1))
             self.metrics.finished(s.finish or "stop")
             if s.finish == "abort":
                 s.req.emit(TokenEvent([], "abort"))
+            elif s.finish == "error":
+                s.req.emit(TokenEvent([], "error", error=s.error))
         self.backend.release(done)
         self._gauges()
 
-    def _fail_all(self, message: str) -> None:
-        for s in self.running:
-            s.finish = "abort"
-            s.req.emit(TokenEvent([], "abort", error=message))
-        self.reserved = 0
+    def _fail_running(self, message: str) -> None:
+        self._check_device()
+        running, self.running = self.running, []
+        for s in running:
+            s.finish = "error"
+            self.reserved -= s.reserved
+            self.metrics.finished("error")
+            s.req.emit(TokenEvent([], "error", error=message))
         try:
-            self.backend.release(list(self.running))
-        finally:
-            self.running = []
-            self._gauges()
+            self.backend.release(running)
+        except Exception:
+            log.exception("releasing the failed batch failed")
+            self._check_device()
+        self._gauges()
+
+    def _fail_everything(self) -> None:
+        """The device broke: every running and waiting request gets the error; nothing more is admitted."""
+        message = f"the engine stopped after a device error: {self.fatal}"
+        for s in self.running:
+            self.metrics.finished("error")
+            s.req.emit(TokenEvent([], "error", error=message))
+        self.running = []
+        with self._cond:
+            waiting, self.waiting = list(self.waiting), collections.deque()
+        for req in waiting:
+            self.metrics.finished("error")
+            req.emit(TokenEvent([], "error", error=message))
+        self.reserved = 0
+        self.metrics.waiting.set(0)
+        self._gauges()
 
     def _gauges(self) -> None:
         self.metrics.running.set(len(self.running))

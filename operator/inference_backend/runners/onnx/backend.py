@@ -24,7 +24,8 @@ KV = list[np.ndarray]  # flat [k0, v0, k1, v1, ...], each [batch, heads, seq, he
 class NumpySampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
-        self.rng = np.random.default_rng(params.seed) if params.temperature > 0 else None
+        seed = None if params.seed is None else params.seed % 2**64
+        self.rng = np.random.default_rng(seed) if params.temperature > 0 else None
 
     def __call__(self, logits: np.ndarray) -> int:
         if self.rng is None:
@@ -96,7 +97,7 @@ class OnnxBackend:
         firsts, parts = [], []
         for s in seqs:
             kv, logits = self._prefill_one(s.tokens)
-            firsts.append([s.slot(logits)])
+            firsts.append(s.pick(s.slot, logits))
             parts.append(kv)
         self._join(seqs, parts)
         return firsts
@@ -113,7 +114,7 @@ class OnnxBackend:
             pos[r, length - n :] = np.arange(n)
         logits, self.past = self._run(ids, mask, pos, self._empty_past(len(seqs)))
         self.rows, self.mask = list(seqs), mask
-        return [[s.slot(logits[r])] for r, s in enumerate(seqs)]
+        return [s.pick(s.slot, logits[r]) for r, s in enumerate(seqs)]
 
     def _prefill_one(self, tokens: list[int]) -> tuple[KV, np.ndarray]:
         start, past = 0, None
@@ -141,8 +142,8 @@ class OnnxBackend:
             row = np.zeros((1, length), dtype=np.int64)
             row[0, length - len(s.tokens) :] = 1
             masks.append(row)
-        self.past = [self._value(np.concatenate([b[i] for b in blocks])) for i in range(len(self.kv_names))]
-        self.mask = np.concatenate(masks)
+        past = [self._value(np.concatenate([b[i] for b in blocks])) for i in range(len(self.kv_names))]
+        self.past, self.mask = past, np.concatenate(masks)  # assigned together: a failed join changes nothing
         self.rows.extend(seqs)
 
     # -- decode / leave -----------------------------------------------------------------------------
@@ -152,8 +153,17 @@ class OnnxBackend:
         pos = np.array([[len(s.tokens) - 1] for s in self.rows])
         self.mask = np.pad(self.mask, ((0, 0), (0, 1)), constant_values=1)
         logits, self.past = self._run(ids, self.mask, pos, self.past)
-        out = {id(s): [s.slot(logits[r])] for r, s in enumerate(self.rows)}
+        out = {id(s): s.pick(s.slot, logits[r]) for r, s in enumerate(self.rows)}
         return [out[id(s)] for s in seqs]
+
+    def device_error(self) -> str | None:
+        if self.device != "cuda":
+            return None
+        try:  # a CUDA error in the execution provider can leave the context unusable
+            self._value(np.ones(1, dtype=np.float32)).numpy()
+        except Exception as exc:
+            return f"CUDA device unusable: {exc}"
+        return None
 
     def release(self, seqs: list[Sequence]) -> None:
         gone = {id(s) for s in seqs}

@@ -83,5 +83,6 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     if tokenizer.eos_token_id is not None:
         eos_ids.add(tokenizer.eos_token_id)
     backend = OnnxBackend(session, meta["num_layers"], meta["kv_heads"], meta["head_dim"], kv_dtype, prefix)
+    vocab = int(config.get_text_config().vocab_size)
     return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos_ids,
-                           metrics=metrics)  # fmt: skip
+                           metrics=metrics, vocab_size=vocab)  # fmt: skip

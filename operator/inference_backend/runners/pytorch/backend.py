@@ -63,7 +63,7 @@ class TorchBackend:
             sampler = Sampler(seq.req.params, self.device)
             seq.slot = Slot(sampler)
             kv, logits = self._prefill_one(seq.tokens)
-            firsts.append([sampler(logits)])
+            firsts.append(seq.pick(sampler, logits))
             if self.draft is not None and sampler.greedy:
                 target = kvh.from_list(kv, self.config)
                 dcache, _ = self._forward(self.draft, seq.tokens, 0, None)
@@ -112,9 +112,9 @@ class TorchBackend:
             row = torch.zeros(1, length, dtype=torch.long, device=self.device)
             row[0, length - n :] = 1
             masks.append(row)
-            self.rows.append(seq)
-        self.cache = kvh.from_list(kvh.cat_rows(parts), self.config)
-        self.mask = torch.cat(masks)
+        cache, mask = kvh.from_list(kvh.cat_rows(parts), self.config), torch.cat(masks)
+        self.cache, self.mask = cache, mask  # nothing changes unless all of it worked (scheduler isolation)
+        self.rows.extend(seq for seq, _ in joining)
 
     # -- decode -------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -131,11 +131,21 @@ class TorchBackend:
             self.cache = res.cache
             logits = res.logits[:, -1]
             for i, s in enumerate(self.rows):
-                out[id(s)] = [s.slot.sampler(logits[i])]
+                out[id(s)] = s.pick(s.slot.sampler, logits[i])
         for s in seqs:
             if s.slot.spec is not None:
-                out[id(s)] = self._spec_step(s)
+                out[id(s)] = self._spec_step_isolated(s)
         return [out[id(s)] for s in seqs]
+
+    def _spec_step_isolated(self, seq: Sequence) -> list[int]:
+        """A speculative sequence runs on caches of its own: whatever it raises fails it alone."""
+        try:
+            return self._spec_step(seq)
+        except Exception as exc:
+            if self.device_error() is not None:
+                raise  # a broken device is everyone's problem (the scheduler stops the engine)
+            seq.error = f"speculative step failed: {exc}"
+            return []
 
     def _spec_step(self, seq: Sequence) -> list[int]:
         st: SpecState = seq.slot.spec
@@ -165,6 +175,16 @@ class TorchBackend:
             self.metrics.spec_draft_tokens.inc(k)
             self.metrics.spec_accepted.inc(accepted)
         return new
+
+    def device_error(self) -> str | None:
+        if self.device.type != "cuda":
+            return None
+        try:  # a CUDA error (device-side assert, illegal access) is sticky: every later call raises too
+            torch.cuda.synchronize(self.device)
+            (torch.ones(1, device=self.device) + 1).item()
+        except Exception as exc:
+            return f"CUDA device unusable: {exc}"
+        return None
 
     # -- leave --------------------------------------------------------------------------------------
     def release(self, seqs: list[Sequence]) -> None:

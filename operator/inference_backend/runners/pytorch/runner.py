@@ -103,5 +103,6 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
         eos_ids.add(tokenizer.eos_token_id)
+    vocab = int(model.get_input_embeddings().num_embeddings)
     return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos_ids,
-                           metrics=metrics)  # fmt: skip
+                           metrics=metrics, vocab_size=vocab)  # fmt: skip

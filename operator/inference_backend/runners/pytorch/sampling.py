@@ -14,7 +14,7 @@ class Sampler:
         if params.temperature > 0:
             self.generator = torch.Generator(device=device)
             if params.seed is not None:
-                self.generator.manual_seed(params.seed)
+                self.generator.manual_seed(params.seed % 2**64)
             else:
                 self.generator.seed()
 

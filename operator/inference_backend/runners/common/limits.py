@@ -1,0 +1,41 @@
+"""Per-request limits of both servers, with their defaults (no heavy imports: the flag parsers use them).
+
+Each limit is a flag (common/args.py) answered with an OpenAI-shaped error when exceeded (docs/runners.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MAX_BODY_BYTES = 8 * 2**20
+MAX_STOP_SEQUENCES = 16
+MAX_STOP_CHARS = 256
+MAX_MESSAGES = 1024
+REQUEST_TIMEOUT_S = 600.0
+SHUTDOWN_TIMEOUT_S = 20.0
+# OpenAI documents `seed` as an integer; vLLM takes 64-bit values. Both samplers use seed mod 2**64.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+# Temperatures below this are greedy, as in vLLM (dividing logits by ~0 overflows to inf, then NaN).
+GREEDY_BELOW = 1e-5
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_stop_sequences: int = MAX_STOP_SEQUENCES
+    max_stop_chars: int = MAX_STOP_CHARS
+    max_messages: int = MAX_MESSAGES
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # 0: none
+    shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S
+
+    @classmethod
+    def from_args(cls, args: Any) -> Limits:
+        return cls(
+            max_body_bytes=args.max_body_bytes,
+            max_stop_sequences=args.max_stop_sequences,
+            max_stop_chars=args.max_stop_chars,
+            max_messages=args.max_messages,
+            request_timeout_s=args.request_timeout,
+            shutdown_timeout_s=args.shutdown_timeout,
+        )
