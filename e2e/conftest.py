@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +19,10 @@ from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import pytest
+import yaml
+from ib_testkit import ROOT
 from ib_testkit.audit import audit_event
+from ib_testkit.cluster import EXAMPLES, NODE_SETS, SYSTEM_NS, Operator, kubectl, tool
 
 E2E_SRC = Path(__file__).resolve().parent
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -189,3 +193,71 @@ def audit_log(e2e_dir: Path) -> AuditLog:
     if not path.is_file():
         pytest.skip(f"no audit log at {path} (cluster not started by e2e/up, or another E2E_DIR)")
     return AuditLog(path)
+
+
+# The operator and its chart, shared by the test modules that run it (ib_testkit.cluster has the helpers).
+@pytest.fixture(scope="module")
+def chart() -> Iterator[None]:
+    helm = tool("helm")
+    kubectl("apply", "-f", str(NODE_SETS))
+    res = subprocess.run([helm, "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "--namespace",
+                          SYSTEM_NS, "--create-namespace", "--wait=false"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    yield
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(chart: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
+    token = kubectl("create", "token", "ib-inference-backend", "-n", SYSTEM_NS, "--duration=2h").strip()
+    cluster = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}],
+        "current-context": "operator",
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def operator(sa_kubeconfig: str, e2e_dir: Path) -> Iterator[Operator]:
+    kubectl("apply", "-f", str(EXAMPLES / "models.yaml"), "-n", "default")
+    op = Operator(sa_kubeconfig, e2e_dir / "logs" / "operator.log")
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def ns(namespace: str) -> str:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "models.yaml"))
+    kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
+    kubectl("create", "secret", "generic", "s3-models", "-n", namespace, "--from-literal=AWS_ACCESS_KEY_ID=x",
+            "--from-literal=AWS_SECRET_ACCESS_KEY=y")  # fmt: skip
+    # The pvc:// example needs its claim bound: a static PersistentVolume reserved for it.
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"{namespace}-models"},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadOnlyMany"],
+            "storageClassName": "",
+            "hostPath": {"path": "/tmp"},
+            "claimRef": {"namespace": namespace, "name": "research-models"},
+        },
+    }
+    claim = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "research-models",
+                                                                         "namespace": namespace},
+        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": f"{namespace}-models",
+                 "resources": {"requests": {"storage": "10Gi"}}},
+    }  # fmt: skip
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([volume, claim]))
+    return namespace

@@ -7,177 +7,31 @@ holding a token of the chart's ServiceAccount, so the chart's RBAC is what it is
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from ib_testkit.audit import audit_event
+from ib_testkit.cluster import (
+    BAD_IMAGE,
+    EXAMPLES,
+    GROUP,
+    SYSTEM_NS,
+    Operator,
+    apply,
+    example,
+    get_json,
+    ib,
+    kubectl,
+    tool,
+    wait_phase,
+)
 from inference_backend.facts import hardware_class
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "docs/examples"
-NODE_SETS = ROOT / "e2e/nodes"
-SA = "inference-backend"
-SYSTEM_NS = "ib-system"
-KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-GROUP = "serving.inferencebackend.io"
-BAD_IMAGE = "registry.invalid/ib-e2e/no-such-image:0"
-"""The one image KWOK reports as not pullable (e2e/kwok/stages.yaml, stage pod-image-pull-backoff)."""
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    cache = Path(os.environ.get("IB_CACHE", Path.home() / ".cache/inference-backend")) / "bin"
-    candidates = sorted(cache.glob(f"{name}-v*"))
-    assert candidates, f"{name} not found on PATH or in {cache}: run e2e/build-binaries"
-    return str(candidates[-1])
-
-
-def kubectl(*args: str, check: bool = True, stdin: str | None = None, kubeconfig: str | None = None) -> str:
-    env = {**os.environ, **({"KUBECONFIG": kubeconfig} if kubeconfig else {})}
-    res = subprocess.run([tool("kubectl"), *args], capture_output=True, text=True, input=stdin, env=env, check=False)
-    if check and res.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr}")
-    return res.stdout + (res.stderr if not check else "")
-
-
-def get_json(*args: str) -> Any:
-    return json.loads(kubectl("get", *args, "-o", "json"))
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[None]:
-    helm = tool("helm")
-    kubectl("apply", "-f", str(NODE_SETS))
-    res = subprocess.run([helm, "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "--namespace",
-                          SYSTEM_NS, "--create-namespace", "--wait=false"],
-                         capture_output=True, text=True, check=False)  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    yield
-
-
-@pytest.fixture(scope="module")
-def sa_kubeconfig(chart: None, tmp_path_factory: pytest.TempPathFactory) -> str:
-    admin = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
-    token = kubectl("create", "token", "ib-inference-backend", "-n", SYSTEM_NS, "--duration=2h").strip()
-    cluster = admin["clusters"][0]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}],
-        "current-context": "operator",
-    }
-    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
-
-
-class Operator:
-    def __init__(self, kubeconfig: str, log: Path) -> None:
-        self.kubeconfig, self.log = kubeconfig, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, priority: int | None = None) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
-               "--peering", "inference-backend", "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
-        if priority is not None:
-            cmd.append(f"--priority={priority}")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc = None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-@pytest.fixture(scope="module")
-def operator(sa_kubeconfig: str, e2e_dir: Path) -> Iterator[Operator]:
-    kubectl("apply", "-f", str(EXAMPLES / "models.yaml"), "-n", "default")
-    op = Operator(sa_kubeconfig, e2e_dir / "logs" / "operator.log")
-    op.start()
-    yield op
-    op.stop()
-
-
-def example(name: str, namespace: str, **overrides: Any) -> dict[str, Any]:
-    doc = yaml.safe_load((EXAMPLES / name).read_text())
-    doc["metadata"]["namespace"] = namespace
-    hardware = doc["spec"].setdefault("hardware", {})
-    hardware.setdefault("tolerations", []).append(KWOK_TOLERATION)
-    for key, value in overrides.items():
-        doc["spec"][key] = value
-    return doc
-
-
-def apply(doc: dict[str, Any], check: bool = True) -> str:
-    return kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", stdin=yaml.safe_dump(doc), check=check)
-
-
-def ib(namespace: str, name: str) -> dict[str, Any]:
-    return get_json("ib", name, "-n", namespace)  # type: ignore[no-any-return]
-
-
-def wait_phase(wait_until: Any, namespace: str, name: str, phase: str, timeout: float = 90) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        obj = ib(namespace, name)
-        st = obj.get("status") or {}
-        if st.get("phase") == phase and st.get("observedGeneration") == obj["metadata"]["generation"]:
-            return obj
-        return None
-
-    return wait_until(f"{namespace}/{name} phase {phase}", check, timeout=timeout)  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def ns(namespace: str) -> str:
-    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "models.yaml"))
-    kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
-    kubectl("create", "secret", "generic", "s3-models", "-n", namespace, "--from-literal=AWS_ACCESS_KEY_ID=x",
-            "--from-literal=AWS_SECRET_ACCESS_KEY=y")  # fmt: skip
-    # The pvc:// example needs its claim bound: a static PersistentVolume reserved for it.
-    volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": f"{namespace}-models"},
-        "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadOnlyMany"],
-            "storageClassName": "",
-            "hostPath": {"path": "/tmp"},
-            "claimRef": {"namespace": namespace, "name": "research-models"},
-        },
-    }
-    claim = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "research-models",
-                                                                         "namespace": namespace},
-        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": f"{namespace}-models",
-                 "resources": {"requests": {"storage": "10Gi"}}},
-    }  # fmt: skip
-    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([volume, claim]))
-    return namespace
-
-
 CASES = [
     ("vllm-llama-3-1-8b.yaml", "vllm", ["--max-num-seqs", "64", "--enable-prefix-caching", "--speculative-config"]),
     ("vllm-llama-3-1-70b-tp.yaml", "vllm", ["--tensor-parallel-size", "4"]),
