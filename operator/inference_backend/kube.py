@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lightkube import AsyncClient, codecs
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
@@ -23,6 +24,21 @@ from inference_backend.api.common import API_VERSION, GROUP, VERSION
 FIELD_MANAGER = "inference-backend"
 IBResource = create_namespaced_resource(GROUP, VERSION, "InferenceBackend", "inferencebackends")
 log = logging.getLogger(__name__)
+
+
+def describe_error(exc: BaseException) -> str:
+    """An API call's failure as a condition or an Event says it: the HTTP code, the API server's reason and message,
+    and each field it names (an admission webhook's or the schema's causes); otherwise the exception itself."""
+    if isinstance(exc, ApiError) and exc.status is not None:
+        st = exc.status
+        text = f"{st.code} {st.reason}: {st.message}"
+        causes = (st.details.causes if st.details is not None else None) or []
+        extra = [f"{c.field}: {c.message}" for c in causes if c.field and c.message and str(c.field) not in text]
+        return "; ".join([text, *extra])
+    name = type(exc).__name__
+    if "Timeout" in name or "Connect" in name or "Network" in name or "Protocol" in name:
+        return f"the API server did not answer ({name}: {exc})"
+    return f"{name}: {exc}"
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:

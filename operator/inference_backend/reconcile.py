@@ -25,7 +25,7 @@ from inference_backend.api.common import GROUP
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
-from inference_backend.kube import Kube, owned
+from inference_backend.kube import Kube, describe_error, owned
 from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
@@ -34,6 +34,15 @@ from inference_backend.selection import Current, Decision, InvalidSpec, select
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
 log = logging.getLogger(__name__)
+
+
+class ReconcileFailure(Exception):
+    """A reconcile step that failed, as the status and the Event say it: ``reason`` (PlanningFailed, ApplyFailed,
+    StatusWriteFailed) and a message naming the object and the API error."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason, self.message = reason, message
 
 
 @dataclass(frozen=True)
@@ -248,7 +257,11 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
     previous = recent.previous_status((namespace, name), _user_status(body))
-    plan = _plan(body, world, previous, recent)
+    try:
+        plan = _plan(body, world, previous, recent)
+    except Exception as exc:  # a bug or a fact nobody foresaw: this backend fails alone, visibly
+        log.exception("planning %s/%s failed", namespace, name)
+        raise ReconcileFailure("PlanningFailed", f"planning failed: {type(exc).__name__}: {exc}") from exc
     decision, error = plan.decision, plan.error
     if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
@@ -265,7 +278,10 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
                 continue
             annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
-            await kube.apply(owned(manifest, dict(body)))
+            try:
+                await kube.apply(owned(manifest, dict(body)))
+            except Exception as exc:
+                raise ReconcileFailure("ApplyFailed", f"applying {kind} {child_name}: {describe_error(exc)}") from exc
             recent.applied[key] = (wanted_hash, time.monotonic())
             metrics.API_WRITES.labels(kind).inc()
             applied += 1
@@ -287,7 +303,10 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             diff = sorted(k for k in set(previous) | set(new) if previous.get(k) != new.get(k))
             log.debug("status of %s/%s changes (%s): %s", namespace, name, trigger, diff)
         patch = {**{k: None for k in previous if k not in new}, **new}
-        await kube.patch_status(namespace, name, patch)
+        try:
+            await kube.patch_status(namespace, name, patch)
+        except Exception as exc:
+            raise ReconcileFailure("StatusWriteFailed", f"writing the status: {describe_error(exc)}") from exc
         recent.statuses[(namespace, name)] = new
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True

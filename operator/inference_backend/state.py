@@ -15,6 +15,7 @@ kopf indexes as kopf hands them to startup handlers) and the one work queue ever
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -23,12 +24,12 @@ from typing import Any, cast
 
 from lightkube import AsyncClient
 
-from inference_backend import metrics
+from inference_backend import metrics, status
 from inference_backend.capacity import GpuLedger
-from inference_backend.kube import Kube
+from inference_backend.kube import Kube, describe_error
 from inference_backend.nodewatch import NodeClasses
 from inference_backend.pods import PodProblem, owner, summarize
-from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, World, child_signature
+from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, ReconcileFailure, World, child_signature
 from inference_backend.reconcile import reconcile as reconcile_one
 from inference_backend.workqueue import WorkQueue
 
@@ -100,6 +101,8 @@ class OperatorState:
         """What the owner's reconcile last saw of each child: its applied hash and the readiness it rolls up."""
         self.pod_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
         """The problems the owner's reconcile last saw of each pod (a pod with none is not kept)."""
+        self.failing: dict[Key, int] = {}
+        """Backends whose last reconcile failed, with the generation it failed on (cleared on success)."""
         self.pod_warned: dict[Key, PodProblem] = {}
         """The pod problem last posted as a Warning Event per backend: each is posted once."""
         self.indexed = asyncio.Event()
@@ -154,6 +157,7 @@ class OperatorState:
         self.queue.discard(key)
         self.waiting.discard(key)
         self.pod_warned.pop(key, None)
+        self.failing.pop(key, None)
         self._pass_done(key)
         if self.gpus.set(key, None):
             self.wake_waiting()
@@ -243,21 +247,19 @@ class OperatorState:
     async def _reconcile(self, key: Key, body: Mapping[str, Any], trigger: str) -> None:
         if body["metadata"].get("deletionTimestamp"):
             return  # being deleted: the garbage collector removes the children
+        generation = int(body["metadata"].get("generation") or 1)
+        if trigger == "modified" and self.failing.get(key) == generation:
+            return  # most likely the echo of our own failure status: the backoff's retry comes in its time
         before = _placement(self.recent.statuses.get(key) or body.get("status") or {})
         try:
             outcome = await reconcile_one(body, self.world(), self.kube, trigger, self.recent)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # API errors, timeouts: retried with backoff, never a crash loop
-            metrics.ERRORS.labels(type(exc).__name__).inc()
-            delay = self.queue.add_rate_limited(key)
-            attempt = self.queue.backoff.retries(key)
-            log.warning("reconcile of %s/%s failed (%r); retry %d in %.0f s", *key, exc, attempt, delay)
-            if attempt == 1 or attempt % 10 == 0:  # the first failure, then every tenth: Events stay bounded
-                message = f"{type(exc).__name__}: {exc}; retry {attempt} in {delay:.0f} s"
-                await self.kube.event(dict(body), "Warning", "ReconcileError", message)
+        except Exception as exc:  # API errors, timeouts, planning bugs: retried with backoff, never a crash loop
+            await self._failed(key, body, generation, exc)
             return
         self.queue.forget(key)
+        self.failing.pop(key, None)
         if outcome.waiting is not None:
             self.waiting.add(key)
         else:
@@ -265,6 +267,33 @@ class OperatorState:
         if outcome.freed:
             self.wake_waiting()
         await self._report(body, outcome, before)
+
+    async def _failed(self, key: Key, body: Mapping[str, Any], generation: int, exc: Exception) -> None:
+        """A failed reconcile: retried with the key's capped, jittered backoff; the status's Reconciled condition
+        says what failed (written once per distinct failure); a Warning Event on the first attempt and every
+        tenth. The failure of one backend never holds up the others (each key has its own backoff)."""
+        failure = exc if isinstance(exc, ReconcileFailure) else ReconcileFailure("ReconcileError", describe_error(exc))
+        metrics.ERRORS.labels(failure.reason).inc()
+        delay = self.queue.add_rate_limited(key)
+        attempt = self.queue.backoff.retries(key)
+        self.failing[key] = generation
+        log.warning("reconcile of %s/%s failed (%s); retry %d in %.0f s", *key, failure.message, attempt, delay)
+        if attempt == 1 or attempt % 10 == 0:  # the first failure, then every tenth: Events stay bounded
+            message = f"{failure.message}; retry {attempt} in {delay:.0f} s"
+            await self.kube.event(dict(body), "Warning", failure.reason, message)
+        previous = self.recent.previous_status(
+            key, {k: v for k, v in (body.get("status") or {}).items() if k != "kopf"}
+        )
+        new = status.failed(previous, generation=generation, reason=failure.reason, message=failure.message,
+                            now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+        if not status.changed(previous, new):
+            return
+        try:
+            await self.kube.patch_status(*key, {**{k: None for k in previous if k not in new}, **new})
+        except Exception as write_exc:  # the API server is down or refuses us: the Event and the log say it
+            log.warning("status of %s/%s not written: %s", *key, describe_error(write_exc))
+            return
+        self.recent.statuses[key] = new
 
     async def _report(self, body: Mapping[str, Any], outcome: Outcome, before: tuple[Any, ...]) -> None:
         await self._report_pods(body, outcome)

@@ -13,6 +13,7 @@ from inference_backend.decision import Decision
 from inference_backend.pods import PodProblem
 
 MAX_MESSAGE = 1024
+RECONCILED = "the spec is planned, applied and reported"
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,26 @@ def compute(
     else:
         phase = "Deploying"
         conditions.append(_pod_condition(serving_now, "Deploying", f"{ready}/{replicas} replicas ready", pod_problem))
+    conditions.append(_condition("Reconciled", True, "Reconciled", RECONCILED))
     status.update(phase=phase, replicas=replicas, readyReplicas=ready, ready=f"{ready}/{replicas}")
     status["conditions"] = _with_transitions(conditions, previous, generation, now)
     return {k: v for k, v in status.items() if v is not None}
+
+
+def failed(previous: dict[str, Any] | None, *, generation: int, reason: str, message: str, now: str) -> dict[str, Any]:
+    """The status after a reconcile that failed part-way (planning raised, the API server refused or did not answer
+    an apply): everything else stays as the last good reconcile left it, the Reconciled condition says what failed
+    and that it is retried, and the phase becomes Degraded while something serves, Failed otherwise.
+
+    The message carries no attempt count or time, so retries that fail the same way write nothing more (each write
+    is an event of the backend, which would otherwise trigger the next attempt at once)."""
+    status = dict(previous or {})
+    serving = status.get("phase") in ("Ready", "Degraded")
+    status["phase"] = "Degraded" if serving else "Failed"
+    cond = _condition("Reconciled", False, reason, f"{message}; retried with capped exponential backoff")
+    others = [c for c in status.get("conditions") or [] if c.get("type") != "Reconciled"]
+    status["conditions"] = [*others, *_with_transitions([cond], previous, generation, now)]
+    return status
 
 
 def _with_transitions(

@@ -1,0 +1,158 @@
+"""Every failure is visible and bounded (issue 14 item 3): an exception while planning or applying becomes the
+Reconciled condition and a Warning Event naming the object and the API error, retried with the key's capped,
+jittered backoff; the echo of the failure's own status write does not retry at once (no hot loop); one failing
+backend never holds up another. The API server's refusal is real in e2e/test_failures.py; here the writer raises
+the ApiError lightkube raises for the apiserver's Status body."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from ib_testkit.factories import node
+from inference_backend import status
+from inference_backend.facts import group_nodes
+from inference_backend.kube import describe_error
+from inference_backend.reconcile import ReconcileFailure, World, reconcile
+from inference_backend.state import Indexes, OperatorState
+from lightkube.core.exceptions import ApiError
+
+REFUSED = {
+    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid",
+    "message": 'Deployment.apps "chat" is invalid: spec.template.spec.containers[0].image: Required value',
+    "details": {"name": "chat", "group": "apps", "kind": "Deployment", "causes": [
+        {"reason": "FieldValueRequired", "message": "Required value",
+         "field": "spec.template.spec.containers[0].image"},
+        {"reason": "FieldValueInvalid", "message": "must be no more than 63 characters",
+         "field": "metadata.labels"}]},
+}  # fmt: skip
+
+
+def api_error(body: dict[str, Any]) -> ApiError:
+    request = httpx.Request("PATCH", "https://127.0.0.1/apis/apps/v1/namespaces/ns/deployments/chat")
+    return ApiError(request=request, response=httpx.Response(body["code"], json=body, request=request))
+
+
+class Writer:
+    """Records writes; ``refuse`` makes every apply raise it (the status and Events still go through)."""
+
+    def __init__(self, refuse: Exception | None = None) -> None:
+        self.refuse = refuse
+        self.applied: list[dict[str, Any]] = []
+        self.statuses: list[tuple[str, str, dict[str, Any]]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.writes = 0
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        if self.refuse is not None and obj["metadata"]["name"] == "chat":
+            raise self.refuse
+        self.applied.append(obj)
+
+    async def patch_status(self, namespace: str, name: str, st: dict[str, Any]) -> None:
+        self.statuses.append((namespace, name, st))
+
+    async def event(self, owner: dict[str, Any], type: str, reason: str, message: str) -> None:
+        self.events.append((owner["metadata"]["name"], reason, message))
+
+    async def close(self) -> None:
+        return None
+
+
+def backend(name: str, generation: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "generation": generation},
+        "spec": {"model": {"uri": "hf://org/m", "parameters": "1B", "format": "gguf"},
+                 "hardware": {"accelerator": "cpu"}},
+        "status": {},
+    }  # fmt: skip
+
+
+def test_an_api_refusal_names_the_code_the_reason_and_every_field() -> None:
+    text = describe_error(api_error(REFUSED))
+    assert text.startswith('422 Invalid: Deployment.apps "chat" is invalid')
+    assert "metadata.labels: must be no more than 63 characters" in text
+    assert text.count("spec.template.spec.containers[0].image") == 1, "a field the message names is not repeated"
+    assert describe_error(httpx.ConnectError("connection refused")).startswith("the API server did not answer")
+
+
+def test_a_refused_apply_fails_the_reconcile_naming_the_child() -> None:
+    w = World(group_nodes([node("cpu-a")]), {}, {})
+    with pytest.raises(ReconcileFailure) as info:
+        asyncio.run(reconcile(backend("chat"), w, Writer(api_error(REFUSED)), "test"))  # type: ignore[arg-type]
+    assert info.value.reason == "ApplyFailed"
+    assert info.value.message.startswith("applying Deployment chat: 422 Invalid")
+
+
+def test_the_failure_status_keeps_what_serves_and_is_stable_across_retries() -> None:
+    ready = status.compute(generation=1, decision=None, error=None, observed=status.Observed(1, 1, True),
+                           serving=None, endpoint="e", previous=None, now="t0")  # fmt: skip
+    ready["phase"] = "Ready"
+    failed = status.failed(ready, generation=2, reason="ApplyFailed", message="applying Deployment x: 500", now="t1")
+    conds = {c["type"]: c for c in failed["conditions"]}
+    assert failed["phase"] == "Degraded" and failed["observedGeneration"] == 1, "the rest describes what serves"
+    assert conds["Reconciled"]["status"] == "False" and conds["Reconciled"]["reason"] == "ApplyFailed"
+    assert conds["Reconciled"]["observedGeneration"] == 2 and conds["Reconciled"]["lastTransitionTime"] == "t1"
+    again = status.failed(failed, generation=2, reason="ApplyFailed", message="applying Deployment x: 500", now="t9")
+    assert not status.changed(failed, again), "the same failure retried writes nothing"
+    assert status.failed({}, generation=1, reason="PlanningFailed", message="m", now="t")["phase"] == "Failed"
+
+
+def _state(bodies: dict[tuple[str, str], list[dict[str, Any]]], writer: Writer) -> OperatorState:
+    st = OperatorState(
+        Indexes(models={}, deployments={}, services={}, pdbs={}, backends=bodies), kube=writer,  # type: ignore[arg-type]
+        debounce=0.05,
+    )  # fmt: skip
+    st.nodes.ready.set()
+    st.indexed.set()
+    st.nodes.update(node("cpu-a"))
+    return st
+
+
+def test_one_failing_backend_is_retried_with_backoff_visibly_and_never_holds_up_another() -> None:
+    writer = Writer(api_error({**REFUSED, "code": 500, "reason": "InternalError", "message": "etcdserver: timeout",
+                               "details": {}}))  # fmt: skip
+    bodies = {("ns", "chat"): [backend("chat")], ("ns", "other"): [backend("other")]}
+
+    async def main() -> OperatorState:
+        st = _state(bodies, writer)
+        await st.process(("ns", "chat"), "listing")
+        await st.process(("ns", "other"), "listing")
+        # our own failure status comes back as a MODIFIED event: it must not retry at once
+        bodies[("ns", "chat")] = [{**backend("chat"), "status": writer.statuses[-1][2]}]
+        await st.process(("ns", "chat"), "modified")
+        await st.process(("ns", "chat"), "modified")
+        return st
+
+    st = asyncio.run(main())
+    assert st.queue.backoff.retries(("ns", "chat")) == 1, "one attempt failed; the echoes did not retry"
+    assert st.queue.delayed == 1, "the retry waits for its backoff"
+    chat = [s for ns, n, s in writer.statuses if n == "chat"]
+    assert len(chat) == 1, "the failure is written once"
+    cond = next(c for c in chat[0]["conditions"] if c["type"] == "Reconciled")
+    assert cond["reason"] == "ApplyFailed" and "500 InternalError: etcdserver: timeout" in cond["message"]
+    assert [(n, r) for n, r, _ in writer.events if n == "chat"] == [("chat", "ApplyFailed")]
+    assert "retry 1 in" in writer.events[0][2]
+    assert [o["metadata"]["name"] for o in writer.applied] == ["other", "other"], "the other backend is applied"
+    other = [s for ns, n, s in writer.statuses if n == "other"][-1]
+    assert {c["type"]: c["status"] for c in other["conditions"]}["Reconciled"] == "True"
+
+
+def test_a_spec_change_of_a_failing_backend_is_reconciled_at_once() -> None:
+    writer = Writer(api_error(REFUSED))
+    bodies = {("ns", "chat"): [backend("chat")]}
+
+    async def main() -> OperatorState:
+        st = _state(bodies, writer)
+        await st.process(("ns", "chat"), "listing")
+        bodies[("ns", "chat")] = [backend("chat", generation=2)]
+        writer.refuse = None
+        await st.process(("ns", "chat"), "modified")
+        return st
+
+    st = asyncio.run(main())
+    assert ("ns", "chat") not in st.failing and st.queue.backoff.retries(("ns", "chat")) == 0
+    cond = next(c for c in writer.statuses[-1][2]["conditions"] if c["type"] == "Reconciled")
+    assert cond["status"] == "True"
