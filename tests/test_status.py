@@ -30,7 +30,8 @@ def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_deploying_then_ready() -> None:
     st = make(observed=None)
     assert st["phase"] == "Deploying" and st["backend"] == "vllm" and st["ready"] == "0/0"
-    assert [c["type"] for c in st["conditions"]] == ["BackendSelected", "Fits", "SpeculativeDecoding", "Ready", "Reconciled"]
+    types = ["BackendSelected", "Fits", "SpeculativeDecoding", "Ready", "Reconciled"]
+    assert [c["type"] for c in st["conditions"]] == types
     assert all(c["observedGeneration"] == 1 for c in st["conditions"])
     ready = make(observed=Observed(1, 1, True), previous=st, now=LATER)
     assert ready["phase"] == "Ready" and ready["ready"] == "1/1" and ready["readyReplicas"] == 1
