@@ -208,6 +208,9 @@ class Decision:
     avoid_labels: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     """Node-affinity expressions (key, operator, values) keeping a CPU placement off GPU nodes."""
     multi_node: MultiNode | None = None
+    avoided: tuple[Current, str] | None = None
+    """A placement left because its pods stayed unschedulable past the grace period, and why (kept in the status,
+    so the next reconciles keep leaving it)."""
 
     @property
     def satisfiable(self) -> bool:
@@ -277,4 +280,19 @@ class Decision:
             memory=self.memory.to_api() if self.memory else None,
             batching=self.batching.strategy if self.batching else None,
             unsupported=bounded(self.unsupported),
+            avoided=_avoided(self.avoided),
         )
+
+
+def _avoided(avoided: tuple[Current, str] | None) -> api.Avoided | None:
+    if avoided is None:
+        return None
+    current, why = avoided
+    placement = api.Placement(
+        accelerator="gpu" if current.gpu_product else "cpu",
+        gpu_product=current.gpu_product,
+        gpus_per_replica=current.gpus_per_replica,
+        tensor_parallel_size=current.gpus_per_replica,
+        node_selector=dict(current.gpu_selector) if current.gpu_selector else None,
+    )
+    return api.Avoided(backend=current.engine, placement=placement, reason=bounded([why])[0])

@@ -24,7 +24,7 @@ import kopf
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
 from inference_backend.pods import PodSummary, owner, summarize
-from inference_backend.reconcile import APPLIED_HASH, Child, slim_child
+from inference_backend.reconcile import APPLIED_HASH, UNSCHEDULABLE_GRACE, Child, slim_child
 from inference_backend.render import COMPONENT, MANAGED_BY
 from inference_backend.state import Indexes, OperatorState
 
@@ -53,6 +53,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         indexes,
         workers=int(os.environ.get("IB_WORKERS", "8")),
         debounce=float(os.environ.get("IB_DEBOUNCE_SECONDS", "1")),
+        unschedulable_grace=float(os.environ.get("IB_UNSCHEDULABLE_GRACE_SECONDS", UNSCHEDULABLE_GRACE)),
     )
     memo.state = state
     state.start()

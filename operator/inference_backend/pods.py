@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+
+from inference_backend.api.common import GROUP
 
 MAX_MESSAGE = 512
 MAX_PROBLEMS = 4
@@ -34,6 +37,25 @@ class PodSummary:
     name: str
     phase: str
     problems: tuple[PodProblem, ...] = ()
+    unschedulable_since: float | None = None
+    """When the scheduler first said the pod does not fit (PodScheduled=False's lastTransitionTime, epoch seconds),
+    while it still says so; the unschedulable grace period counts from it."""
+    spec_hash: str | None = None
+    """The spec hash of the pod's template (render's annotation): which placement the pod belongs to."""
+    volume_bound: bool = False
+    """The scheduler's message blames a volume (a missing or unbound claim): moving elsewhere would not help."""
+
+
+VOLUME_WORDS = ("persistentvolumeclaim", "volume")
+SPEC_HASH = f"{GROUP}/spec-hash"
+"""render.SPEC_HASH_ANNOTATION (render sits above this module in the layers)."""
+
+
+def _epoch(stamp: Any) -> float | None:
+    try:
+        return datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def _cut(value: Any) -> str:
@@ -98,9 +120,14 @@ def summarize(pod: Mapping[str, Any]) -> PodSummary | None:
     spec = pod.get("spec") or {}
     st = pod.get("status") or {}
     problems: list[PodProblem] = []
+    since: float | None = None
+    volume_bound = False
     for cond in st.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            problems.append(PodProblem("Unschedulable", _cut(cond.get("message") or cond.get("reason"))))
+            message = _cut(cond.get("message") or cond.get("reason"))
+            problems.append(PodProblem("Unschedulable", message))
+            since = _epoch(cond.get("lastTransitionTime"))
+            volume_bound = any(word in message.lower() for word in VOLUME_WORDS)
     for init, key in ((True, "initContainerStatuses"), (False, "containerStatuses")):
         for cs in st.get(key) or []:
             problem = _container_problem(cs, spec, init)
@@ -109,7 +136,20 @@ def summarize(pod: Mapping[str, Any]) -> PodSummary | None:
     if st.get("phase") == "Failed" and st.get("reason"):
         problems.append(PodProblem(_cut(st["reason"])[:63], _cut(st.get("message") or st["reason"])))
     problems.sort(key=lambda p: (rank(p.reason), p.message))
-    return PodSummary(str(meta.get("name")), str(st.get("phase") or "Pending"), tuple(problems[:MAX_PROBLEMS]))
+    spec_hash = (meta.get("annotations") or {}).get(SPEC_HASH)
+    return PodSummary(str(meta.get("name")), str(st.get("phase") or "Pending"), tuple(problems[:MAX_PROBLEMS]),
+                      since, str(spec_hash) if spec_hash else None, volume_bound)  # fmt: skip
+
+
+def stuck_since(pods: Iterable[PodSummary], spec_hash: str | None) -> tuple[float, str] | None:
+    """(since when, the scheduler's message) when every pod of the placement ``spec_hash`` is unschedulable because
+    of the nodes (not a volume), or None. Pods of an older template (a rollout in flight) do not count."""
+    mine = [p for p in pods if spec_hash is not None and p.spec_hash == spec_hash]
+    if not mine or any(p.unschedulable_since is None or p.volume_bound for p in mine):
+        return None
+    first = min(mine, key=lambda p: (p.unschedulable_since or 0.0, p.name))
+    message = next((pr.message for pr in first.problems if pr.reason == "Unschedulable"), "")
+    return float(first.unschedulable_since or 0.0), message
 
 
 def worst(pods: Iterable[PodSummary]) -> PodProblem | None:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -27,12 +27,15 @@ from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
 from inference_backend.kube import Kube, describe_error, owned
 from inference_backend.manifests import explain
-from inference_backend.pods import PodProblem, PodSummary, worst
+from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
 from inference_backend.render import render
 from inference_backend.selection import Current, Decision, InvalidSpec, select
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
+UNSCHEDULABLE_GRACE = 300.0
+"""The default grace period (the operator's --unschedulable-grace-seconds): five minutes covers a cluster
+autoscaler adding a node (typically 1-3 minutes for a GPU node) before the backend moves elsewhere."""
 log = logging.getLogger(__name__)
 
 
@@ -103,6 +106,10 @@ class World:
     ``children`` on every reconcile."""
     pods: Mapping[tuple[str, str], Iterable[PodSummary]] = field(default_factory=dict)
     """(namespace, InferenceBackend) -> the slim summaries of its pods (the pods index)."""
+    unschedulable_grace: float = UNSCHEDULABLE_GRACE
+    """Seconds every pod of a placement may stay unschedulable (for want of nodes, not volumes) before the placement
+    is selected again elsewhere."""
+    clock: Callable[[], float] = time.time
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
         if self.grouped is not None:
@@ -176,6 +183,8 @@ class Outcome:
     """This reconcile released GPUs that backends waiting for capacity may take."""
     pod_problem: PodProblem | None = None
     """The worst problem of the backend's pods, or None."""
+    recheck_after: float | None = None
+    """Seconds until the unschedulable grace period of the placement ends (reconcile again then), or None."""
 
 
 def content_hash(obj: dict[str, Any]) -> str:
@@ -191,6 +200,19 @@ def _current(st: Mapping[str, Any], generation: int) -> Current | None:
     pool = tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(selector, dict) else None
     return Current(st["backend"], placement.get("accelerator") or "cpu", placement.get("gpuProduct"),
                    int(placement.get("gpusPerReplica") or 0), pool)  # fmt: skip
+
+
+def _left(st: Mapping[str, Any], generation: int) -> tuple[Current, str] | None:
+    """The placement an earlier reconcile of this generation left (status.decision.avoided), and why."""
+    avoided = (st.get("decision") or {}).get("avoided")
+    if not isinstance(avoided, dict) or st.get("observedGeneration") != generation:
+        return None
+    p = avoided.get("placement") or {}
+    selector = p.get("nodeSelector")
+    pool = tuple(sorted((str(k), str(v)) for k, v in selector.items())) if isinstance(selector, dict) else None
+    current = Current(str(avoided.get("backend")), p.get("accelerator") or "cpu", p.get("gpuProduct"),
+                      int(p.get("gpusPerReplica") or 0), pool)  # fmt: skip
+    return current, str(avoided.get("reason") or "")
 
 
 def _user_status(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -216,13 +238,15 @@ async def reconcile(
     return outcome
 
 
-def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], recent: Recent) -> Plan:
+def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], recent: Recent,
+          stuck: tuple[Current, str] | None = None) -> Plan:  # fmt: skip
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
-    keep = _current(previous, generation)
+    keep = _current(previous, generation) if stuck is None else None
+    stuck = stuck or _left(previous, generation)
     gpus = world.gpus_in_use((namespace, name))
     key = (world.version, meta.get("uid"), generation, json.dumps(body.get("spec"), sort_keys=True), keep,
-           tuple(sorted(gpus.items())))  # fmt: skip
+           tuple(sorted(gpus.items())), stuck)  # fmt: skip
     cached = recent.plans.get((namespace, name))
     if world.version is not None and cached is not None and cached.key == key:
         return cached
@@ -237,7 +261,9 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
              "metadata": {"name": name, "namespace": namespace}, "spec": body.get("spec") or {}}
         )  # fmt: skip
         replicas = ib.spec.replicas
-        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=keep, gpus_in_use=gpus)
+        avoid, why = stuck if stuck is not None else (None, "")
+        decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=keep, gpus_in_use=gpus,
+                          avoid=avoid, avoid_why=why)  # fmt: skip
     except ValidationError as exc:
         error = explain(exc)
     except InvalidSpec as exc:
@@ -257,15 +283,16 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
     previous = recent.previous_status((namespace, name), _user_status(body))
+    deployment = world.children.get((namespace, name, "Deployment"))
+    stuck, recheck = _unschedulable(world, (namespace, name), previous, generation, deployment is not None)
     try:
-        plan = _plan(body, world, previous, recent)
+        plan = _plan(body, world, previous, recent, stuck)
     except Exception as exc:  # a bug or a fact nobody foresaw: this backend fails alone, visibly
         log.exception("planning %s/%s failed", namespace, name)
         raise ReconcileFailure("PlanningFailed", f"planning failed: {type(exc).__name__}: {exc}") from exc
     decision, error = plan.decision, plan.error
     if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
-    deployment = world.children.get((namespace, name, "Deployment"))
     waiting, freed = _reserve(plan, world, (namespace, name), serving=deployment is not None)
     applied = 0
     if decision is not None and decision.satisfiable and waiting is None:
@@ -310,7 +337,26 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
         recent.statuses[(namespace, name)] = new
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
-    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem)
+    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem, recheck)
+
+
+def _unschedulable(world: World, owner: tuple[str, str], previous: Mapping[str, Any], generation: int,
+                   deployed: bool) -> tuple[tuple[Current, str] | None, float | None]:  # fmt: skip
+    """(the placement to leave and why, or None; seconds until its grace period ends, or None): every pod of the
+    serving placement has been unschedulable for want of nodes for the grace period (pods.stuck_since)."""
+    current = _current(previous, generation)
+    if current is None or not deployed:
+        return None, None
+    stuck = stuck_since(world.pods.get(owner, ()), previous.get("specHash"))
+    if stuck is None:
+        return None, None
+    since, message = stuck
+    waited = world.clock() - since
+    if waited < world.unschedulable_grace:
+        return None, world.unschedulable_grace - waited + 1.0
+    why = (f"the pods of {current.engine} on {current.describe()} stayed unschedulable past the grace period "
+           f"({world.unschedulable_grace:.0f} s): {message}")  # fmt: skip
+    return (current, why), None
 
 
 def _per_replica(decision: Decision | None) -> int:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import secrets
 
 import kopf
 from prometheus_client import start_http_server
+
+from inference_backend.reconcile import UNSCHEDULABLE_GRACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0 = off)")
     parser.add_argument("--liveness-port", type=int, default=0, help="serve /healthz on this port (0 = off)")
+    parser.add_argument(
+        "--unschedulable-grace-seconds",
+        type=float,
+        default=float(os.environ.get("IB_UNSCHEDULABLE_GRACE_SECONDS", UNSCHEDULABLE_GRACE)),
+        help="seconds every pod of a placement may stay unschedulable for want of nodes (not volumes) before the "
+        f"backend is placed elsewhere (default {UNSCHEDULABLE_GRACE:.0f}; env IB_UNSCHEDULABLE_GRACE_SECONDS)",
+    )
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
 
@@ -34,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port)
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
+    os.environ["IB_UNSCHEDULABLE_GRACE_SECONDS"] = str(args.unschedulable_grace_seconds)  # read at startup
     priority = args.priority if args.priority is not None else secrets.randbelow(2**31 - 1) + 1
     logging.getLogger(__name__).info("peering %s with priority %d", args.peering or "(standalone)", priority)
     kopf.run(

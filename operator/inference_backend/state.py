@@ -29,7 +29,16 @@ from inference_backend.capacity import GpuLedger
 from inference_backend.kube import Kube, describe_error
 from inference_backend.nodewatch import NodeClasses
 from inference_backend.pods import PodProblem, owner, summarize
-from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, ReconcileFailure, World, child_signature
+from inference_backend.reconcile import (
+    APPLIED_HASH,
+    UNSCHEDULABLE_GRACE,
+    Child,
+    Outcome,
+    Recent,
+    ReconcileFailure,
+    World,
+    child_signature,
+)
 from inference_backend.reconcile import reconcile as reconcile_one
 from inference_backend.workqueue import WorkQueue
 
@@ -84,8 +93,10 @@ class Children(Mapping[tuple[str, str, str], Child]):
 
 
 class OperatorState:
-    def __init__(self, indexes: Indexes, *, kube: Kube | None = None, workers: int = 8, debounce: float = 1.0) -> None:
+    def __init__(self, indexes: Indexes, *, kube: Kube | None = None, workers: int = 8, debounce: float = 1.0,
+                 unschedulable_grace: float = UNSCHEDULABLE_GRACE) -> None:  # fmt: skip
         self.indexes = indexes
+        self.unschedulable_grace = unschedulable_grace
         self.kube = kube or Kube()
         self.recent = Recent()
         self.nodes = NodeClasses()
@@ -212,7 +223,8 @@ class OperatorState:
         ix = self.indexes
         children = Children(ix.deployments, ix.services, ix.pdbs)
         version = (self.nodes.version, self.models_version)
-        return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods)
+        return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods,
+                     unschedulable_grace=self.unschedulable_grace)  # fmt: skip
 
     async def process(self, key: Key, trigger: str) -> None:
         await self.nodes.ready.wait()  # the first node listing is in
@@ -260,6 +272,8 @@ class OperatorState:
             return
         self.queue.forget(key)
         self.failing.pop(key, None)
+        if outcome.recheck_after is not None:  # its pods are unschedulable: look again when the grace period ends
+            self.queue.add_after(key, outcome.recheck_after, "unschedulable")
         if outcome.waiting is not None:
             self.waiting.add(key)
         else:

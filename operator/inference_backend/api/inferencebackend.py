@@ -272,6 +272,17 @@ class MemoryReport(ApiModel):
     """memoryFraction x the memory of the GPUs of one replica (or of the node, on CPU)."""
 
 
+class Avoided(ApiModel):
+    """A placement the operator left because its pods stayed unschedulable past the grace period."""
+
+    backend: str = Field(max_length=64)
+    """The engine that was placed there."""
+    placement: Placement
+    """Where its pods could not be scheduled."""
+    reason: str = Field(max_length=MAX_REASON)
+    """How long, and the scheduler's message."""
+
+
 class Decision(ApiModel):
     """The selection's outcome and how it got there."""
 
@@ -289,6 +300,8 @@ class Decision(ApiModel):
         default_factory=list, max_length=MAX_REASONS
     )
     """Requested features the chosen engine lacks, and what is done instead."""
+    avoided: Avoided | None = None
+    """The placement left for this one, when its pods stayed unschedulable past the grace period."""
 
 
 class InferenceBackendStatus(ApiModel):

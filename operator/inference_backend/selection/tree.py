@@ -18,6 +18,7 @@ Steps, in order (each appends to the decision path):
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.api.model import ModelSpec
@@ -96,6 +97,8 @@ def select(
     registry: Mapping[str, ModelSpec],
     keep: Current | None = None,
     gpus_in_use: Mapping[Pool, int] | None = None,
+    avoid: Current | None = None,
+    avoid_why: str = "",
 ) -> Decision:
     """Run the decision tree. Raises InvalidSpec (naming the field) when the spec itself must change.
 
@@ -103,6 +106,8 @@ def select(
     it is kept even when a better one has appeared, so adding nodes never moves a healthy backend.
     ``gpus_in_use`` counts the devices of each pool (facts/pools.py) other InferenceBackends hold, so backends spread
     over the GPUs there are instead of all queueing for the cheapest kind.
+    ``avoid`` is a placement whose pods stayed unschedulable past the grace period (``avoid_why`` says so): its
+    pool is left out when another placement fits, and kept (saying so) when none does.
     """
     check_spec(spec)
     model, reasons = resolve_model(spec.model, registry)
@@ -159,6 +164,11 @@ def select(
             rejected[engine] = why
             continue
         all_options[engine] = options
+    left_out: tuple[Current, str] | None = None
+    if avoid is not None:
+        fewer = _avoiding(avoid, avoid_why, all_options, rejected, reasons)
+        left_out = (avoid, avoid_why) if fewer is not all_options else None
+        all_options = fewer
     gpu_fits = any(o.placement.gpu for opts in all_options.values() for o in opts)
     layout = None if gpu_fits or accel == "cpu" else multi_node_layout(spec, model, candidates, gpu_classes)
     if layout is not None:
@@ -206,11 +216,12 @@ def select(
         where = ", ".join(f"{k}={v}" for k, v in pool_of(gpu)[1]) or "any node"
         reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) on the nodes it selects "
                        f"({where}; {used} held by other InferenceBackends): pods wait until some free up")  # fmt: skip
-    avoid: tuple[Expression, ...] = ()
+    off_gpus: tuple[Expression, ...] = ()
     if choice.placement.gpu is None and not choice.placement.hardware.has_gpu:
-        avoid, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
+        off_gpus, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
         reasons.extend(notes)
-    return _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, avoid)
+    done = _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, off_gpus)
+    return replace(done, avoided=left_out) if left_out is not None else done
 
 
 def _cost(o: Option) -> int:
@@ -270,6 +281,27 @@ def _busy_pools(gpu_classes: list[UsableClass], in_use: Mapping[Pool, int], opti
             if capacity(pool, classes) - reserved(pool, in_use, classes) < width * max(replicas, 1):
                 busy.add((pool, width))
     return frozenset(busy)
+
+
+def _in_pool(option: Option, current: Current) -> bool:
+    """Whether ``option`` places pods where ``current`` does: the same accelerator, product and node pool."""
+    p = option.placement
+    if (p.accelerator, p.gpu.product if p.gpu else None) != (current.accelerator, current.gpu_product):
+        return False
+    return current.gpu_selector is None or p.gpu is None or tuple(sorted(pod_selector(p.gpu))) == current.gpu_selector
+
+
+def _avoiding(avoid: Current, why: str, options: dict[str, list[Option]], rejected: dict[str, str],
+              reasons: list[str]) -> dict[str, list[Option]]:  # fmt: skip
+    left = {e: kept for e, opts in options.items() if (kept := [o for o in opts if not _in_pool(o, avoid)])}
+    if not left:
+        reasons.append(f"{why}; no other placement fits, so it stays there")
+        return options
+    for engine in options:
+        if engine not in left:
+            rejected[engine] = f"its only placements are on {avoid.describe()}, where the pods stay unschedulable"
+    reasons.append(f"{why}: another placement is selected")
+    return left
 
 
 def _still_valid(keep: Current, options: list[Option], prefs: list[str]) -> Option | None:
