@@ -30,6 +30,7 @@ from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
 from inference_backend.render import render
+from inference_backend.rollout import Choice, Live, choose, strategy
 from inference_backend.selection import Current, Decision, InvalidSpec, select
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
@@ -72,10 +73,14 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in SELECTOR_KEYS}
     limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
     containers = [{"resources": {"limits": {r: n for r, n in lim.items() if is_device_resource(r)}}} for lim in limits]
-    template = {"spec": {"nodeSelector": selector, "containers": containers}}
+    annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+    template = {"metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH)}},
+                "spec": {"nodeSelector": selector, "containers": containers}}  # fmt: skip
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
-    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions}
-    return {"spec": {"replicas": spec.get("replicas", 1), "template": template}, "status": status}
+    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions,
+              "replicas": st.get("replicas"), "updatedReplicas": st.get("updatedReplicas")}  # fmt: skip
+    return {"spec": {"replicas": spec.get("replicas", 1), "template": template, "strategy": spec.get("strategy")},
+            "status": status}  # fmt: skip
 
 
 def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -84,7 +89,9 @@ def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
         return ()
     slim = slim_child("Deployment", dict(body.get("spec") or {}), dict(body.get("status") or {}))
     observed = status.Observed.from_deployment(slim)
-    return (observed, slim["spec"]["template"])
+    live = Live.from_deployment(slim, SPEC_HASH)
+    surging = live is not None and live.surge is True and live.in_flight  # its end frees the surge replica's GPUs
+    return (observed, slim["spec"]["template"], surging)
 
 
 @dataclass
@@ -145,6 +152,8 @@ class Plan:
     """Each rendered manifest with its content hash."""
     spec_hash: str | None
     spec: InferenceBackendSpec | None = None
+    rollout: Choice | None = None
+    """How the Deployment's pods are replaced (rollout.py), and the replicas reserved beyond spec.replicas."""
 
 
 @dataclass
@@ -245,8 +254,10 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
     keep = _current(previous, generation) if stuck is None else None
     stuck = stuck or _left(previous, generation)
     gpus = world.gpus_in_use((namespace, name))
+    deployment = world.children.get((namespace, name, "Deployment"))
+    live = Live.from_deployment(deployment.body if deployment else None, SPEC_HASH)
     key = (world.version, meta.get("uid"), generation, json.dumps(body.get("spec"), sort_keys=True), keep,
-           tuple(sorted(gpus.items())), stuck)  # fmt: skip
+           tuple(sorted(gpus.items())), stuck, live)  # fmt: skip
     cached = recent.plans.get((namespace, name))
     if world.version is not None and cached is not None and cached.key == key:
         return cached
@@ -268,12 +279,18 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
         error = explain(exc)
     except InvalidSpec as exc:
         error = str(exc)
+    choice = None
     if decision is not None and decision.satisfiable:
-        for manifest in render(ib, decision):
-            if manifest["kind"] == "Deployment":
-                spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
+        objects = render(ib, decision)
+        spec_hash = next((o["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH) for o in objects
+                          if o["kind"] == "Deployment"), None)  # fmt: skip
+        choice = choose(ib.spec, decision, world.cluster(), gpus, live, spec_hash)
+        for manifest in objects:
+            if manifest["kind"] == "Deployment" and choice.surge is not None:
+                manifest["spec"]["strategy"] = strategy(choice.surge)
             manifests.append((manifest, content_hash(manifest)))
-    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None)
+    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None,
+                choice)  # fmt: skip
     if world.version is not None:
         recent.plans[(namespace, name)] = plan
     return plan
@@ -322,8 +339,12 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     new = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
-        waiting=waiting.message(plan.replicas, _per_replica(decision)) if waiting else None, pod_problem=pod_problem,
+        waiting=waiting.message(plan.replicas, _per_replica(decision), _surging(plan)) if waiting else None,
+        pod_problem=pod_problem,
     )  # fmt: skip
+    rollout = plan.rollout.to_status() if plan.rollout is not None else None
+    if rollout is not None and "backend" in new:
+        new["rollout"] = rollout
     written = False
     if status.changed(previous, new):
         if log.isEnabledFor(logging.DEBUG):
@@ -359,6 +380,10 @@ def _unschedulable(world: World, owner: tuple[str, str], previous: Mapping[str, 
     return (current, why), None
 
 
+def _surging(plan: Plan) -> bool:
+    return plan.rollout is not None and plan.rollout.extra > 0
+
+
 def _per_replica(decision: Decision | None) -> int:
     return decision.placement.gpus_per_replica if decision is not None and decision.placement is not None else 0
 
@@ -375,10 +400,11 @@ def _reserve(plan: Plan, world: World, owner: tuple[str, str], serving: bool) ->
     decision = plan.decision
     if decision is None or not decision.satisfiable or plan.spec is None:
         return None, ledger.set(owner, ledger.held(owner) if serving else None)
-    want = wanted(decision, plan.replicas)
+    extra = plan.rollout.extra if plan.rollout is not None else 0
+    want = wanted(decision, plan.replicas + extra)
     held = ledger.held(owner)
     if want is not None and not (held is not None and held[0] == want[0] and held[1] >= want[1]):
-        short = shortfall(plan.spec, decision, world.cluster(), ledger, owner)
+        short = shortfall(plan.spec, decision, world.cluster(), ledger, owner, plan.replicas + extra)
         if short is not None:
             return short, False
     return None, ledger.set(owner, want)

@@ -22,6 +22,7 @@ from inference_backend.engines import ENGINES, EngineContainer, card
 from inference_backend.facts import pod_selector, tolerates
 from inference_backend.names import endpoint, label_value, service_name
 from inference_backend.quantity import GIB
+from inference_backend.rollout import strategy
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"
@@ -175,7 +176,7 @@ def _sized(volume: Json, weights: str) -> Json:
     return {**volume, "emptyDir": {**volume["emptyDir"], "sizeLimit": weights}}
 
 
-def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
+def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None) -> Rendered:
     """Everything ``render`` returns, plus the engine container, the spec hash and the notes."""
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
@@ -236,9 +237,14 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
         "replicas": spec.replicas,
         "selector": {"matchLabels": selector_labels(ib)},
     }
-    if on_gpu:
-        # No spare GPUs to surge into: a surge pod would sit Pending on a full GPU pool, so replace one at a time.
-        deploy_spec["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    if surge is None and spec.rollout.strategy != "auto":
+        surge = spec.rollout.strategy == "surge"
+    if surge is None and on_gpu:
+        # Offline (no capacity known): a surge pod could sit Pending on a full GPU pool, so replace one at a time.
+        # The operator decides auto from the pool's free devices when a rollout starts (rollout.py).
+        surge = False
+    if surge is not None:
+        deploy_spec["strategy"] = strategy(surge)
     deploy_spec["template"] = template
     names = object_names(ib)
     meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
@@ -263,9 +269,10 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 
-def render(ib: InferenceBackend, decision: Decision) -> list[Json]:
-    """The Deployment, Service (and PodDisruptionBudget when replicas > 1) of one InferenceBackend."""
-    return list(render_result(ib, decision).objects)
+def render(ib: InferenceBackend, decision: Decision, surge: bool | None = None) -> list[Json]:
+    """The Deployment, Service (and PodDisruptionBudget when replicas > 1) of one InferenceBackend. ``surge``: the
+    rollout strategy the operator chose (rollout.py); None renders spec.rollout as it can be offline."""
+    return list(render_result(ib, decision, surge).objects)
 
 
 # libyaml's emitter when PyYAML was built with it (same output, ~10x faster); the pure-Python one otherwise.

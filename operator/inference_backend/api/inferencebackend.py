@@ -194,6 +194,16 @@ class EngineOverrides(ApiModel):
     """Extra environment variables for the engine container."""
 
 
+class Rollout(ApiModel):
+    """How a change of the pod template replaces the pods (docs/rollouts.md)."""
+
+    strategy: Literal["auto", "surge", "recreate"] = "auto"
+    """surge: start a new pod before stopping an old one (needs room for one more replica, GPUs included; while
+    there is none, the change waits and the old pods keep serving). recreate: stop one old pod, then start its
+    replacement (no extra GPUs; a one-replica backend is down meanwhile). auto: surge when the placement's pool has
+    free devices for one more replica when the rollout starts (always on CPU), else recreate."""
+
+
 class InferenceBackendSpec(ApiModel):
     """The desired serving of one model."""
 
@@ -223,6 +233,8 @@ class InferenceBackendSpec(ApiModel):
     """Escape hatches for the engine container."""
     resources: ResourceRequirements | None = None
     """Override the engine container's requests/limits (default: derived from the decision)."""
+    rollout: Rollout = sub(Rollout)
+    """How pods are replaced when the pod template changes."""
 
 
 class Rejection(ApiModel):
@@ -304,6 +316,15 @@ class Decision(ApiModel):
     """The placement left for this one, when its pods stayed unschedulable past the grace period."""
 
 
+class RolloutStatus(ApiModel):
+    """The rollout strategy in effect (spec.rollout resolved)."""
+
+    strategy: Literal["surge", "recreate"]
+    """surge (maxSurge 1, maxUnavailable 0) or recreate (maxSurge 0, maxUnavailable 1)."""
+    reason: str = Field(max_length=MAX_REASON)
+    """Why: the spec's choice, or what auto found (the free devices of the pool)."""
+
+
 class InferenceBackendStatus(ApiModel):
     """Observed state, written by the operator only."""
 
@@ -327,6 +348,8 @@ class InferenceBackendStatus(ApiModel):
     """Hash of the rendered pod template last applied."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
     """BackendSelected, Fits, SpeculativeDecoding and Ready."""
+    rollout: RolloutStatus | None = None
+    """The strategy of the Deployment's rollouts, and why."""
 
 
 class InferenceBackend(ApiModel):
