@@ -322,6 +322,15 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
                 continue
             annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
+            if child is None and key not in recent.applied:  # never adopt what someone else made
+                try:
+                    other = await kube.foreign(manifest, str(meta.get("uid")))
+                except Exception as exc:
+                    why = f"reading {kind} {child_name}: {describe_error(exc)}"
+                    raise ReconcileFailure("ApplyFailed", why) from exc
+                if other is not None:
+                    raise ReconcileFailure("ChildConflict", f"{other}: it is left untouched; delete or rename it, or "
+                                                            "rename this InferenceBackend")  # fmt: skip
             try:
                 await kube.apply(owned(manifest, dict(body)))
             except Exception as exc:
