@@ -46,7 +46,9 @@ DENIED = [
 
 
 def can(verb: str, resource: str, namespace: str) -> bool:
-    out = kubectl("auth", "can-i", verb, resource, "-n", namespace, f"--as={SA}", check=False).strip()
+    resource, _, sub = resource.partition("/")
+    extra = [f"--subresource={sub}"] if sub else []
+    out = kubectl("auth", "can-i", verb, resource, *extra, "-n", namespace, f"--as={SA}", check=False).strip()
     return out.splitlines()[0] == "yes" if out else False
 
 
@@ -78,7 +80,7 @@ def test_a_child_someone_else_made_is_never_adopted(operator: Operator, ns: str,
            "kubectl-create)" in cond["message"]  # fmt: skip
     events = kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
     assert "ChildConflict" in events
-    after = get_json("service", name, "-n", ns)
+    after = get_json("service", name, "-n", ns, "--show-managed-fields")
     assert not after["metadata"].get("ownerReferences"), "no ownerReference: garbage collection will not delete it"
     assert after["spec"]["ports"] == before["spec"]["ports"] and after["spec"]["selector"] == before["spec"].get(
         "selector", after["spec"]["selector"]
