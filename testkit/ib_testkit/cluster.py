@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,13 @@ class Operator:
         self.kubeconfig, self.log = kubeconfig, log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, priority: int | None = None, env: dict[str, str] | None = None) -> None:
+    def start(self, priority: int | None = None, env: dict[str, str] | None = None,
+              peering: str | None = "inference-backend") -> None:  # fmt: skip
         env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1", **(env or {})}
         cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
-               "--peering", "inference-backend", "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
+               "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
+        if peering is not None:
+            cmd += ["--peering", peering]
         if priority is not None:
             cmd.append(f"--priority={priority}")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
@@ -69,6 +73,13 @@ class Operator:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        self.proc = None
+
+    def kill(self) -> None:
+        """kill -9: no cleanup, no goodbye to the peering."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
         self.proc = None
 
     def alive(self) -> bool:
@@ -102,3 +113,38 @@ def wait_phase(wait_until: Any, namespace: str, name: str, phase: str, timeout: 
         return None
 
     return wait_until(f"{namespace}/{name} phase {phase}", check, timeout=timeout)  # type: ignore[no-any-return]
+
+
+def restart_component(e2e_dir: Path, name: str, sig: int = signal.SIGTERM) -> None:
+    """Stops one process of e2e/up's control plane (etcd, kube-apiserver, ...) and starts it again with the same
+    command line, log and pid file, as e2e/up does."""
+    pidfile = e2e_dir / "pids" / f"{name}.pid"
+    pid = int(pidfile.read_text().strip())
+    cmdline = [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if a]
+    os.kill(pid, sig)
+    deadline = time.monotonic() + 60
+    while not _gone(pid):  # every thread gone: its listening sockets are closed
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} (pid {pid}) did not stop")
+        time.sleep(0.1)
+    for _ in range(10):
+        with (e2e_dir / "logs" / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(cmdline, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # fmt: skip
+        try:
+            proc.wait(timeout=3)  # died at once: its port is not free yet (the kernel still closing the old one)
+        except subprocess.TimeoutExpired:
+            pidfile.write_text(f"{proc.pid}\n")
+            return
+        time.sleep(1)
+    raise AssertionError(f"{name} did not start again; see {e2e_dir / 'logs' / (name + '.log')}")
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited: no /proc entry, or only a zombie leader left with no other thread."""
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return "zombie" in state.lower() and tasks in ([], [str(pid)])
