@@ -204,9 +204,10 @@ def test_llama_server_defines_the_declared_gauges_and_no_kv_usage() -> None:
 
 
 def _ib(sp: dict[str, Any], name: str = "chat", namespace: str = "ns") -> InferenceBackend:
-    return InferenceBackend.model_validate({"apiVersion": "serving.inferencebackend.io/v1alpha1",
-                                            "kind": "InferenceBackend",
-                                            "metadata": {"name": name, "namespace": namespace}, "spec": sp})  # fmt: skip
+    meta = {"name": name, "namespace": namespace}
+    return InferenceBackend.model_validate(
+        {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend", "metadata": meta, "spec": sp}
+    )
 
 
 CLUSTER = group_nodes([node("l4-a", "l4", 4), node("cpu-a")])
