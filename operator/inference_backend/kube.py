@@ -17,6 +17,7 @@ from typing import Any
 from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
 from inference_backend.api.common import API_VERSION, GROUP, VERSION
@@ -83,7 +84,8 @@ class Kube:
             await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
 
     async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
-        """Apply only ``obj``'s replicas as HANDOFF_MANAGER (forced: it takes them from the operator's manager)."""
+        """Apply only the Deployment ``obj``'s replicas as HANDOFF_MANAGER (forced: it takes them from the operator's
+        manager)."""
         meta = obj["metadata"]
         body = {
             "apiVersion": obj["apiVersion"],
@@ -92,8 +94,9 @@ class Kube:
             "spec": {"replicas": replicas},
         }
         self.writes += 1
-        async with self._slots:
-            await self.client.apply(codecs.from_dict(body), field_manager=HANDOFF_MANAGER, force=True)
+        async with self._slots:  # a dict body: the typed Deployment would require the selector and the template
+            await self.client.patch(Deployment, meta["name"], body, namespace=meta["namespace"],
+                                    patch_type=PatchType.APPLY, field_manager=HANDOFF_MANAGER, force=True)  # fmt: skip
 
     async def delete_scaled_object(self, namespace: str, name: str) -> None:
         """Delete a ScaledObject (KEDA then deletes its HPA); one already gone, or a missing CRD, is no error."""
