@@ -388,6 +388,8 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             recheck = min(recheck, SCALER_RETRY) if recheck is not None else SCALER_RETRY
     elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
+    if waiting is not None and autoscaled and previous.get("autoscaling"):
+        scaler_status = dict(previous["autoscaling"])  # nothing applied now: what was applied still holds
     observed = status.Observed.from_deployment(deployment.body if deployment else None)
     if observed is None and decision is not None and decision.satisfiable and waiting is None:
         # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
