@@ -80,7 +80,7 @@ def operator_writes(audit_log: Any, mark: int, ns: str, resource: str) -> list[d
 
 
 def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return {c["type"]: c for c in obj["status"].get("conditions") or []}.get(kind) or {}
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}.get(kind) or {}
 
 
 # -- first, while the cluster has no KEDA CRD (the tests below install it) ----------------------------------------

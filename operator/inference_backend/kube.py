@@ -48,6 +48,17 @@ def describe_error(exc: BaseException) -> str:
     return f"{name}: {exc}"
 
 
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed API call: an ApiError's Status code, or the response code of an error without a
+    Status body (the API server answers a resource type it does not serve, such as a CRD not installed, with a
+    plain "404 page not found", which lightkube raises as the HTTP library's HTTPStatusError)."""
+    if isinstance(exc, ApiError) and exc.status is not None and exc.status.code is not None:
+        return int(exc.status.code)
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     """``obj`` with a controller ownerReference to ``owner`` (an InferenceBackend body)."""
     meta = owner["metadata"]
@@ -104,8 +115,8 @@ class Kube:
         try:
             async with self._slots:
                 await self.client.delete(ScaledObjectResource, name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status is None or exc.status.code != 404:
+        except Exception as exc:
+            if http_status(exc) != 404:
                 raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:

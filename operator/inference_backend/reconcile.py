@@ -26,7 +26,7 @@ from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
-from inference_backend.kube import Kube, describe_error, owned
+from inference_backend.kube import Kube, describe_error, http_status, owned
 from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
@@ -459,8 +459,7 @@ async def _apply_scaler(manifest: dict[str, Any], wanted_hash: str, body: Mappin
     try:
         await kube.apply(owned(manifest, dict(body)))
     except Exception as exc:
-        code = getattr(getattr(exc, "status", None), "code", None)
-        if code == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
+        if http_status(exc) == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
             why = (f"the CRD {autoscaling.KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be "
                    f"created: {describe_error(exc)}; the Deployment keeps its replicas; tried again every "
                    f"{SCALER_RETRY:.0f} s")  # fmt: skip
