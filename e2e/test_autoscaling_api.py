@@ -36,6 +36,8 @@ KEDA_VERSION = os.environ.get("E2E_KEDA_VERSION", "v2.21.0")
 KEDA_CRD = "scaledobjects.keda.sh"
 OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NS}:ib-inference-backend"
 AUTOSCALING = {"minReplicas": 1, "maxReplicas": 5, "metric": "queueDepth", "target": 2}
+SMALL = {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"memory": "6Gi"}}
+"""Five replicas of the llama.cpp example fit the one KWOK CPU node (16 cores, 64 GiB) with this override."""
 
 
 def keda_crd_file() -> Path:
@@ -72,11 +74,20 @@ def managers_of_replicas(obj: dict[str, Any]) -> set[str]:
 
 
 def deployment(ns: str, name: str) -> dict[str, Any]:
-    return get_json("deployment", name, "-n", ns)  # type: ignore[no-any-return]
+    """The Deployment with its managedFields (kubectl leaves them out unless asked)."""
+    return get_json("deployment", name, "-n", ns, "--show-managed-fields")  # type: ignore[no-any-return]
 
 
 def operator_writes(audit_log: Any, mark: int, ns: str, resource: str) -> list[dict[str, Any]]:
     return audit_log.writes(since=mark, user=OPERATOR_USER, resource=resource, namespace=ns)  # type: ignore[no-any-return]
+
+
+def wait_ready(wait_until: Any, ns: str, name: str, ready: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = ib(ns, name)
+        return obj if (obj.get("status") or {}).get("ready") == ready else None
+
+    return wait_until(f"{ns}/{name} {ready} ready", check, timeout=90)  # type: ignore[no-any-return]
 
 
 def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -177,7 +188,7 @@ def test_rendered_scaled_objects_pass_kedas_crd(namespace: str, wait_until: Any)
 
 
 def test_kubectl_scale_ib_moves_the_deployment(operator: Operator, ns: str, wait_until: Any) -> None:
-    doc = example("llamacpp-cpu-gguf.yaml", ns)
+    doc = example("llamacpp-cpu-gguf.yaml", ns, resources=SMALL)
     name = doc["metadata"]["name"]
     apply(doc)
     obj = wait_phase(wait_until, ns, name, "Ready")
@@ -186,8 +197,8 @@ def test_kubectl_scale_ib_moves_the_deployment(operator: Operator, ns: str, wait
     kubectl("scale", "ib", name, "-n", ns, "--replicas=3")
     assert ib(ns, name)["spec"]["replicas"] == 3
     wait_until("the Deployment at 3 replicas", lambda: deployment(ns, name)["spec"]["replicas"] == 3, timeout=60)
-    obj = wait_phase(wait_until, ns, name, "Ready")
-    assert obj["status"]["ready"] == "3/3"
+    obj = wait_ready(wait_until, ns, name, "3/3")
+    assert obj["status"]["phase"] == "Ready" and obj["status"]["replicas"] == 3
     scale = json.loads(kubectl("get", "--raw", f"/apis/serving.inferencebackend.io/v1alpha1/namespaces/{ns}/"
                                f"inferencebackends/{name}/scale"))  # fmt: skip
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
@@ -199,7 +210,7 @@ def test_kubectl_scale_ib_moves_the_deployment(operator: Operator, ns: str, wait
 def test_autoscaled_replicas_belong_to_the_autoscaler(operator: Operator, ns: str, wait_until: Any,
                                                       audit_log: Any) -> None:  # fmt: skip
     install_keda_crd(wait_until)
-    doc = example("llamacpp-cpu-gguf.yaml", ns, autoscaling=AUTOSCALING)
+    doc = example("llamacpp-cpu-gguf.yaml", ns, autoscaling=AUTOSCALING, resources=SMALL)
     name = doc["metadata"]["name"]
     apply(doc)
     obj = wait_phase(wait_until, ns, name, "Ready")
@@ -209,17 +220,17 @@ def test_autoscaled_replicas_belong_to_the_autoscaler(operator: Operator, ns: st
     assert "llamacpp:requests_deferred" in so["spec"]["triggers"][0]["metadata"]["query"]
     assert so["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
     dep = deployment(ns, name)
-    assert "inference-backend" not in managers_of_replicas(dep), dep["metadata"]["managedFields"]
+    assert dep["metadata"]["managedFields"] and "inference-backend" not in managers_of_replicas(dep), dep["metadata"]
 
     # The HPA's way: an update of the Deployment's scale subresource.
     mark = audit_log.mark()
     kubectl("scale", "deployment", name, "-n", ns, "--replicas=4")
-    wait_until("4/4 ready", lambda: ib(ns, name)["status"].get("ready") == "4/4", timeout=90)
+    wait_ready(wait_until, ns, name, "4/4")
     # Another autoscaler's way: server-side apply of replicas by its own field manager.
     patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
              "spec": {"replicas": 2}}  # fmt: skip
     kubectl("apply", "--server-side", "--field-manager=keda-hpa-sim", "-f", "-", stdin=yaml.safe_dump(patch))
-    wait_until("2/2 ready", lambda: ib(ns, name)["status"].get("ready") == "2/2", timeout=90)
+    wait_ready(wait_until, ns, name, "2/2")
     # Reconciles: a spec change the Deployment does not depend on (the ScaledObject does), and the node pass.
     kubectl("patch", "ib", name, "-n", ns, "--type=merge", "-p", json.dumps({"spec": {"autoscaling": {"target": 3}}}))
     wait_until("the ScaledObject at threshold 3", lambda: get_json("scaledobject", name, "-n", ns)["spec"]["triggers"]
@@ -228,7 +239,8 @@ def test_autoscaled_replicas_belong_to_the_autoscaler(operator: Operator, ns: st
     time.sleep(5)  # the last events of the pods and the Deployment settle
     quiet = audit_log.mark()
     time.sleep(10)
-    assert deployment(ns, name)["spec"]["replicas"] == 2
+    dep = deployment(ns, name)
+    assert dep["spec"]["replicas"] == 2 and "keda-hpa-sim" in managers_of_replicas(dep)
     assert operator_writes(audit_log, mark, ns, "deployments") == [], "the operator wrote the Deployment"
     so_writes = operator_writes(audit_log, mark, ns, "scaledobjects")
     assert len(so_writes) == 1, [(e["verb"], e["objectRef"]) for e in so_writes]
@@ -243,7 +255,7 @@ def test_autoscaled_replicas_belong_to_the_autoscaler(operator: Operator, ns: st
 
 def test_autoscaling_on_keeps_replicas_and_off_takes_them_back(operator: Operator, ns: str, wait_until: Any) -> None:
     install_keda_crd(wait_until)
-    doc = example("llamacpp-cpu-gguf.yaml", ns, replicas=3)
+    doc = example("llamacpp-cpu-gguf.yaml", ns, replicas=3, resources=SMALL)
     name = doc["metadata"]["name"]
     apply(doc)
     wait_phase(wait_until, ns, name, "Ready")
