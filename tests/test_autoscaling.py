@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ib_testkit import ROOT
 from ib_testkit.factories import MODELS, node
 from inference_backend import autoscaling
@@ -421,3 +422,20 @@ def test_gpu_reservation_follows_the_autoscaler_and_reports_overcommit() -> None
     cond = {c["type"]: c for c in out.status["conditions"]}["Autoscaling"]
     assert cond["reason"] == "CapacityExceeded" and "asked for 4 replica(s)" in cond["message"]
     assert "2 of 4 are free" in cond["message"]
+
+
+def test_cli_render_takes_the_operators_prometheus_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    from inference_backend.cli import main
+
+    examples = ROOT / "docs/examples"
+    args = ["-f", str(examples / "vllm-autoscaled.yaml"), "--nodes", str(examples / "nodes/mixed.yaml"),
+            "--models", str(examples / "models.yaml")]  # fmt: skip
+    code = main(["render", *args, "--prometheus-address", "http://prom:9090",
+                 "--autoscaling-label-matchers", 'ns="{namespace}"'])  # fmt: skip
+    assert code == 0
+    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    (so,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert so["spec"]["triggers"][0]["metadata"]["serverAddress"] == "http://prom:9090"
+    assert so["spec"]["triggers"][0]["metadata"]["query"] == 'sum(vllm:num_requests_waiting{ns="default"})'
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert "replicas" not in dep["spec"]
