@@ -19,6 +19,7 @@ KUBE_VERSION=$(modver kubernetes k8s.io/kubernetes)
 ETCD_VERSION=$(modver etcd go.etcd.io/etcd/server/v3)
 KWOK_VERSION=$(modver kwok sigs.k8s.io/kwok)
 HELM_VERSION=$(modver helm helm.sh/helm/v4)
+KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
@@ -29,13 +30,14 @@ binpath() {
     etcd) v=$ETCD_VERSION ;;
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
+    kube-score) v=$KUBE_SCORE_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
     *) echo "binpath: unknown binary $1" >&2; return 1 ;;
   esac
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score)
 
 # State of a running local cluster, and its ports (all on 127.0.0.1).
 E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}

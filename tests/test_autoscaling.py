@@ -295,6 +295,11 @@ class Recorder:
             raise _NotFound()
         self.calls.append(("apply", obj))
 
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        if obj["kind"] == "ScaledObject" and self.scaler_missing:
+            raise _NotFound()
+        return None
+
     async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
         self.calls.append(("handoff", (obj["kind"], replicas)))
 

@@ -119,6 +119,30 @@ class Kube:
             if http_status(exc) != 404:
                 raise
 
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        """Whether an object of ``obj``'s kind and name already exists that ``owner_uid`` does not control: a short
+        description of it (who manages it) or None. Asked before the first apply of a child, so that server-side
+        apply never takes over (and garbage collection never later deletes) an object someone else made."""
+        meta = obj["metadata"]
+        resource = codecs.resource_registry.load(obj["apiVersion"], obj["kind"])
+        try:
+            async with self._slots:
+                live: Any = await self.client.get(resource, meta["name"], namespace=meta["namespace"])
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+        found: dict[str, Any] = live.to_dict()  # lightkube models and generic resources alike
+        live_meta = found.get("metadata") or {}
+        refs = live_meta.get("ownerReferences") or []
+        if any(r.get("controller") and r.get("uid") == owner_uid for r in refs):
+            return None
+        managers = sorted({str(m["manager"]) for m in live_meta.get("managedFields") or [] if m.get("manager")})
+        owners = [f"{r.get('kind')} {r.get('name')}" for r in refs]
+        by = f"owned by {', '.join(owners)}" if owners else f"managed by {', '.join(managers) or 'unknown'}"
+        return f"{obj['kind']} {meta['namespace']}/{meta['name']} already exists and was not created by this " \
+               f"InferenceBackend ({by})"  # fmt: skip
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""
         self.writes += 1

@@ -371,6 +371,15 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
                 continue
             annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
+            if child is None and key not in recent.applied:  # never adopt what someone else made
+                try:
+                    other = await kube.foreign(manifest, str(meta.get("uid")))
+                except Exception as exc:
+                    why = f"reading {kind} {child_name}: {describe_error(exc)}"
+                    raise ReconcileFailure("ApplyFailed", why) from exc
+                if other is not None:
+                    raise ReconcileFailure("ChildConflict", f"{other}: it is left untouched; delete or rename it, or "
+                                                            "rename this InferenceBackend")  # fmt: skip
             try:
                 if kind == "Deployment" and autoscaled and child is not None and child.replicas_owner != AUTOSCALER:
                     # Autoscaling turned on: the operator's manager owns replicas and its next apply drops them,
@@ -457,7 +466,14 @@ async def _apply_scaler(manifest: dict[str, Any], wanted_hash: str, body: Mappin
     annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
     manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
     try:
+        if not previous.get("autoscaling"):  # the first apply: never adopt a ScaledObject someone else made
+            other = await kube.foreign(manifest, str(body["metadata"].get("uid")))
+            if other is not None:
+                raise ReconcileFailure("ChildConflict", f"{other}: it is left untouched; delete or rename it, or "
+                                                        "rename this InferenceBackend")  # fmt: skip
         await kube.apply(owned(manifest, dict(body)))
+    except ReconcileFailure:
+        raise
     except Exception as exc:
         if http_status(exc) == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
             why = (f"the CRD {autoscaling.KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be "
