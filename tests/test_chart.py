@@ -72,6 +72,17 @@ def test_values_schema_rejects_bad_values() -> None:
     assert res.returncode != 0 and "debounceSeconds" in res.stderr
     res = helm("template", "ib", str(CHART), "--set", "nonsense=1")
     assert res.returncode != 0
+    res = helm("template", "ib", str(CHART), "--set", "autoscaling.prometheusAddress=prometheus:9090")
+    assert res.returncode != 0 and "autoscaling/prometheusAddress" in res.stderr
+
+
+@needs_helm
+def test_autoscaling_values_reach_the_operator() -> None:
+    docs = template("autoscaling.prometheusAddress=http://prom.mon.svc:9090")
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["IB_PROMETHEUS_ADDRESS"] == "http://prom.mon.svc:9090"
+    assert env["IB_AUTOSCALING_LABEL_MATCHERS"] == 'namespace="{namespace}",app_kubernetes_io_instance="{instance}"'
 
 
 @needs_helm
@@ -111,6 +122,7 @@ NAMESPACED = {
     ("", "services"): {"list", "watch", "get", "create", "patch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch", "get", "create", "patch"},
     ("", "events"): {"create"},
+    ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
 }
 
 

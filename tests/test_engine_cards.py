@@ -55,6 +55,15 @@ def test_a_card_lacking_a_field_is_reported() -> None:
     assert "formats" in dataclasses.replace(c, formats=frozenset()).missing()
     assert "images[cpu]" in dataclasses.replace(c, accelerators=frozenset({"gpu", "cpu"})).missing()
     assert "profiles[gpu]" in dataclasses.replace(c, profiles={}).missing()
+    a = c.autoscaling
+    assert "autoscaling.signals" in dataclasses.replace(c, autoscaling=dataclasses.replace(a, signals={})).missing()
+    assert (
+        "autoscaling.cold_start" in dataclasses.replace(c, autoscaling=dataclasses.replace(a, cold_start="")).missing()
+    )
+    fewer = dataclasses.replace(a, signals={"queueDepth": a.signals["queueDepth"]}, lacks="")
+    assert "autoscaling.lacks" in dataclasses.replace(c, autoscaling=fewer).missing(), "a missing signal says why"
+    nameless = dataclasses.replace(a, signals={"ttft": dataclasses.replace(a.signals["ttft"], source="")})
+    assert "autoscaling.signals[ttft]" in dataclasses.replace(c, autoscaling=nameless).missing()
 
 
 def test_every_card_field_is_required() -> None:
@@ -97,7 +106,7 @@ def test_quantized_kv_rule_is_made_from_the_cards() -> None:
 def test_rules_follow_a_changed_registry() -> None:
     """A sixth GPU-only engine joins the CEL rule without any edit outside its card."""
     extra = dataclasses.replace(REGISTRY[0], name="newengine")
-    (_, gpu_rule) = rules.spec_rules((*REGISTRY, extra))
+    gpu_rule = next(r for r in rules.spec_rules((*REGISTRY, extra)) if r.field == "spec.hardware.accelerator")
     assert "'newengine'" in gpu_rule.cel and "newengine" in gpu_rule.message
 
 

@@ -17,12 +17,19 @@ from typing import Any
 from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
 from inference_backend.api.common import API_VERSION, GROUP, VERSION
 
 FIELD_MANAGER = "inference-backend"
+HANDOFF_MANAGER = "inference-backend-handoff"
+"""The field manager that holds a Deployment's replicas for the moment the operator's own apply drops them (when
+spec.autoscaling is turned on), so dropping them does not reset them to the default; the autoscaler's first
+write takes them over (Kubernetes "Server-Side Apply", Transferring ownership)."""
 IBResource = create_namespaced_resource(GROUP, VERSION, "InferenceBackend", "inferencebackends")
+ScaledObjectResource = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
+"""KEDA's ScaledObject (keda.sh/v1alpha1), registered so its manifests load; the CRD may be absent (404)."""
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +46,17 @@ def describe_error(exc: BaseException) -> str:
     if "Timeout" in name or "Connect" in name or "Network" in name or "Protocol" in name:
         return f"the API server did not answer ({name}: {exc})"
     return f"{name}: {exc}"
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed API call: an ApiError's Status code, or the response code of an error without a
+    Status body (the API server answers a resource type it does not serve, such as a CRD not installed, with a
+    plain "404 page not found", which lightkube raises as the HTTP library's HTTPStatusError)."""
+    if isinstance(exc, ApiError) and exc.status is not None and exc.status.code is not None:
+        return int(exc.status.code)
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +93,31 @@ class Kube:
         self.writes += 1
         async with self._slots:
             await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+
+    async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
+        """Apply only the Deployment ``obj``'s replicas as HANDOFF_MANAGER (forced: it takes them from the operator's
+        manager)."""
+        meta = obj["metadata"]
+        body = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": replicas},
+        }
+        self.writes += 1
+        async with self._slots:  # a dict body: the typed Deployment would require the selector and the template
+            await self.client.patch(Deployment, meta["name"], body, namespace=meta["namespace"],
+                                    patch_type=PatchType.APPLY, field_manager=HANDOFF_MANAGER, force=True)  # fmt: skip
+
+    async def delete_scaled_object(self, namespace: str, name: str) -> None:
+        """Delete a ScaledObject (KEDA then deletes its HPA); one already gone, or a missing CRD, is no error."""
+        self.writes += 1
+        try:
+            async with self._slots:
+                await self.client.delete(ScaledObjectResource, name, namespace=namespace)
+        except Exception as exc:
+            if http_status(exc) != 404:
+                raise
 
     async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
         """Whether an object of ``obj``'s kind and name already exists that ``owner_uid`` does not control: a short

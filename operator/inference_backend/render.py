@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from inference_backend import autoscaling
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer, card
@@ -49,7 +50,7 @@ def object_names(ib: InferenceBackend) -> dict[str, str]:
     PodDisruptionBudget take the InferenceBackend's name (a subdomain of at most names.MAX_NAME characters, which
     the CRD enforces), the Service a DNS-1035 label derived from it (names.service_name)."""
     name = ib.metadata.name
-    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name}
+    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name, "ScaledObject": name}
 
 
 def service_endpoint(ib: InferenceBackend) -> str:
@@ -59,8 +60,12 @@ def service_endpoint(ib: InferenceBackend) -> str:
 
 def selector_labels(ib: InferenceBackend) -> dict[str, str]:
     """The Deployment's selector. Immutable, so it holds nothing that can change (not the engine)."""
+    return selector_of(ib.metadata.name)
+
+
+def selector_of(name: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/instance": label_value(ib.metadata.name),
+        "app.kubernetes.io/instance": label_value(name),
         "app.kubernetes.io/component": COMPONENT,
         "app.kubernetes.io/managed-by": MANAGED_BY,
     }
@@ -190,8 +195,15 @@ def _sized(volume: Json, weights: str) -> Json:
     return {**volume, "emptyDir": {**volume["emptyDir"], "sizeLimit": weights}}
 
 
-def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None) -> Rendered:
-    """Everything ``render`` returns, plus the engine container, the spec hash and the notes."""
+def selector_string(name: str) -> str:
+    """The Deployment's selector as a label selector string (status.selector, the scale subresource's)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_of(name).items()))
+
+
+def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
+                  scaling: autoscaling.Settings = autoscaling.DEFAULT) -> Rendered:  # fmt: skip
+    """Everything ``render`` returns, plus the engine container, the spec hash and the notes. With
+    spec.autoscaling the Deployment has no replicas (the autoscaler owns them) and a KEDA ScaledObject follows."""
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
     spec = ib.spec
@@ -253,10 +265,8 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
 
-    deploy_spec: Json = {
-        "replicas": spec.replicas,
-        "selector": {"matchLabels": selector_labels(ib)},
-    }
+    deploy_spec: Json = {} if spec.autoscaling is not None else {"replicas": spec.replicas}
+    deploy_spec["selector"] = {"matchLabels": selector_labels(ib)}
     if surge is None and spec.rollout.strategy != "auto":
         surge = spec.rollout.strategy == "surge"
     if surge is None and on_gpu:
@@ -279,20 +289,27 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
         "spec": {"type": "ClusterIP", "selector": selector_labels(ib), "ports": svc_ports},
     }
     objects: list[Json] = [deployment, service]
-    if spec.replicas > 1:
+    most = spec.replicas if spec.autoscaling is None else spec.autoscaling.max_replicas
+    if most > 1:
         objects.append({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": names["PodDisruptionBudget"], "namespace": namespace, "labels": dict(lbl)},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(ib)}},
         })  # fmt: skip
+    if spec.autoscaling is not None:
+        target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names["Deployment"]}
+        objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 
-def render(ib: InferenceBackend, decision: Decision, surge: bool | None = None) -> list[Json]:
-    """The Deployment, Service (and PodDisruptionBudget when replicas > 1) of one InferenceBackend. ``surge``: the
-    rollout strategy the operator chose (rollout.py); None renders spec.rollout as it can be offline."""
-    return list(render_result(ib, decision, surge).objects)
+def render(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
+           scaling: autoscaling.Settings = autoscaling.DEFAULT) -> list[Json]:  # fmt: skip
+    """The Deployment, Service (and PodDisruptionBudget when replicas, or autoscaling.maxReplicas, > 1) of one
+    InferenceBackend, and with spec.autoscaling its KEDA ScaledObject. ``surge``: the rollout strategy the operator
+    chose (rollout.py); None renders spec.rollout as it can be offline. ``scaling``: the operator's Prometheus
+    settings for the ScaledObject."""
+    return list(render_result(ib, decision, surge, scaling).objects)
 
 
 # libyaml's emitter when PyYAML was built with it (same output, ~10x faster); the pure-Python one otherwise.
