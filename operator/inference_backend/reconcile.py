@@ -272,6 +272,9 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
         for manifest in render(ib, decision):
             if manifest["kind"] == "Deployment":
                 spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
+            elif manifest["kind"] == "LeaderWorkerSet":
+                leader = manifest["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+                spec_hash = leader["metadata"]["annotations"].get(SPEC_HASH)
             manifests.append((manifest, content_hash(manifest)))
     plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None)
     if world.version is not None:
