@@ -30,6 +30,10 @@ BACKEND_LABEL = f"{GROUP}/backend"
 MANAGED_BY = "inference-backend-operator"
 PART_OF = "inference-backend"
 COMPONENT = "inference-server"
+WORKER_COMPONENT = "inference-worker"
+"""The component label of a LeaderWorkerSet's worker pods: they serve no API, so no Service selecting
+``COMPONENT`` (ours, or the one kept serving while a Deployment is replaced by a LeaderWorkerSet) ever sends them
+requests."""
 TERMINATION_GRACE_SECONDS = 60
 """Time for in-flight generations to finish after SIGTERM (the engines stop admitting and drain)."""
 
@@ -298,7 +302,7 @@ def _spread(template: Json, ib: InferenceBackend) -> None:
     try to put a whole group on one node, the opposite of what a replica larger than a node needs."""
     term = {
         "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": label_value(ib.metadata.name),
-                                          "app.kubernetes.io/component": COMPONENT}},
+                                          "app.kubernetes.io/managed-by": MANAGED_BY}},
         "matchLabelKeys": [GROUP_KEY_LABEL],
         "topologyKey": HOSTNAME,
     }  # fmt: skip
@@ -335,6 +339,7 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
     worker["spec"]["containers"] = [main]
     # only the leader serves HTTP metrics (vLLM's headless workers serve nothing; SGLang's a health check)
     worker["metadata"]["annotations"] = {}
+    worker["metadata"]["labels"]["app.kubernetes.io/component"] = WORKER_COMPONENT
     digest = _group_hash(leader, worker)
     for tpl in (leader, worker):
         tpl["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
