@@ -23,7 +23,8 @@ WEIGHTS = "pvc://research-models/Llama-3.1-405B-Instruct"
 
 
 def _has_lws() -> bool:
-    return LWS_CRD in kubectl("get", "crd", LWS_CRD, check=False)
+    """Whether the LWS CRD is installed (the names of the CRDs there are; a NotFound message names it too)."""
+    return f"customresourcedefinition.apiextensions.k8s.io/{LWS_CRD}" in kubectl("get", "crd", "-o", "name").split()
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,51 @@ def test_405b_backend_runs_as_a_leaderworkerset_on_distinct_nodes(operator: Oper
     kubectl("delete", "ib", "llama-405b", "-n", ns)
     gone = lambda: not kubectl("get", "leaderworkerset,statefulset,pods,service", "-n", ns, "-o", "name").strip()  # noqa: E731
     wait_until("the LeaderWorkerSet, its StatefulSets, pods and Services garbage-collected", gone, timeout=120)
+
+
+def _one_node(ns: str) -> dict[str, Any]:
+    """The same backend with a model one 8x H100 node holds (Llama-3.1-70B: tensor parallel 4 on a Deployment)."""
+    doc = _big(ns)
+    doc["spec"]["model"].update(uri="pvc://research-models/Llama-3.1-70B-Instruct", parameters="70.6B")
+    return doc
+
+
+def _workloads(ns: str) -> set[str]:
+    return set(kubectl("get", "deployment,leaderworkerset", "-n", ns, "-o", "name").split())
+
+
+def test_switching_between_a_deployment_and_a_leaderworkerset(operator: Operator, ns: str, h100_pool: list[str],
+                                                              wait_until: Any) -> None:  # fmt: skip
+    """One node -> several -> one: the new kind of workload is applied beside the old one, the old one is deleted
+    once the new one is available, and the backend ends Ready on the new one each time."""
+    if not _has_lws():
+        pytest.skip(f"no {LWS_CRD} CRD: e2e/up runs the LeaderWorkerSet controller unless E2E_LWS=0")
+    apply(_one_node(ns))
+    wait_phase(wait_until, ns, "llama-405b", "Ready", timeout=120)
+    assert _workloads(ns) == {"deployment.apps/llama-405b"}
+
+    apply(_big(ns))
+    wait_until(
+        "the Deployment replaced by the LeaderWorkerSet",
+        lambda: _workloads(ns) == {"leaderworkerset.leaderworkerset.x-k8s.io/llama-405b-lws"},
+        timeout=180,
+    )
+    obj = wait_phase(wait_until, ns, "llama-405b", "Ready", timeout=120)
+    assert obj["status"]["decision"]["placement"]["nodes"] == 2
+    selector = get_json("service", "llama-405b", "-n", ns)["spec"]["selector"]
+    assert selector.get("leaderworkerset.sigs.k8s.io/worker-index") == "0", selector
+
+    apply(_one_node(ns))
+    wait_until(
+        "the LeaderWorkerSet replaced by a Deployment",
+        lambda: _workloads(ns) == {"deployment.apps/llama-405b"},
+        timeout=180,
+    )
+    obj = wait_phase(wait_until, ns, "llama-405b", "Ready", timeout=120)
+    assert obj["status"]["decision"]["placement"]["nodes"] == 1
+    assert "leaderworkerset.sigs.k8s.io/worker-index" not in get_json("service", "llama-405b", "-n", ns)["spec"][
+        "selector"]  # fmt: skip
+    assert operator.alive()
 
 
 def test_without_the_lws_crd_the_status_names_it(operator: Operator, ns: str, wait_until: Any) -> None:

@@ -48,8 +48,14 @@ def describe_error(exc: BaseException) -> str:
 
 
 def not_found(exc: BaseException) -> bool:
-    """The apiserver answered 404: for an apply, the resource type is not served (its CRD is not installed)."""
-    return isinstance(exc, ApiError) and exc.status is not None and exc.status.code == 404
+    """The apiserver answered 404: for an apply, the resource type is not served (its CRD is not installed). For a
+    group/version it does not serve at all the apiserver answers in plain text ("404 page not found"), which lightkube
+    leaves as the HTTP client's HTTPStatusError (core/generic_client.py transform_exception: an ApiError only for a
+    JSON Status body); a served kind answers a JSON Status, an ApiError."""
+    if isinstance(exc, ApiError):
+        return exc.status is not None and exc.status.code == 404
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None) == 404
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +101,8 @@ class Kube:
         async with self._slots:
             try:
                 await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
-            except ApiError as exc:
-                if exc.status is None or exc.status.code != 404:
+            except Exception as exc:
+                if not not_found(exc):
                     raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
