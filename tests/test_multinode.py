@@ -14,7 +14,7 @@ from ib_testkit.factories import MODELS, node
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, CRD_RECHECK, Child, World, reconcile, slim_child
+from inference_backend.reconcile import APPLIED_HASH, CRD_RECHECK, Child, Recent, World, reconcile, slim_child
 from inference_backend.state import Indexes, OperatorState
 from lightkube.core.exceptions import ApiError
 
@@ -230,3 +230,30 @@ def test_gpus_in_use_without_a_ledger_counts_leaderworkersets_by_their_owner() -
     w = world({("ns", "big-lws", "LeaderWorkerSet"): child(rec.applied[0])})
     assert w.gpus_in_use(("ns", "other")) == {H100: 16}
     assert w.gpus_in_use(("ns", "big")) == {}, "its own GPUs are not in use by others"
+
+
+def test_switching_back_within_moments_applies_the_deleted_workload_again() -> None:
+    """One node -> several -> one again, quicker than the operator's trust in its own recent writes (15 s): the
+    Deployment deleted by the first switch is applied again by the second, not skipped as "applied lately" (found on
+    the real control plane, e2e/test_multinode_operator.py)."""
+    recent, children = Recent(), {}
+
+    def step(spec: dict[str, Any], status: dict[str, Any]) -> tuple[Recorder, Any]:
+        rec = Recorder()
+        out = asyncio.run(reconcile(body(spec, status), world(children), rec, "test", recent))  # type: ignore[arg-type]
+        for o in rec.applied:
+            workload = o["kind"] in ("Deployment", "LeaderWorkerSet")
+            children[("ns", o["metadata"]["name"], o["kind"])] = child(o, available() if workload else None)
+        for kind, _, name in rec.deleted:
+            children.pop(("ns", name, kind))
+        return rec, out
+
+    rec, out = step(SMALL, {})
+    assert [o["kind"] for o in rec.applied] == ["Deployment", "Service"]
+    rec, out = step(BIG, out.status)  # the LeaderWorkerSet, available at once
+    rec, out = step(BIG, out.status)  # the Service moves, the Deployment is deleted
+    assert rec.deleted == [("Deployment", "ns", "big")]
+    rec, out = step(SMALL, out.status)
+    assert [o["kind"] for o in rec.applied] == ["Deployment"], "the same Deployment as before, applied again"
+    rec, out = step(SMALL, out.status)
+    assert rec.deleted == [("LeaderWorkerSet", "ns", "big-lws")] and out.status["phase"] == "Ready"

@@ -380,6 +380,8 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             except Exception as exc:
                 raise ReconcileFailure("DeleteFailed", f"deleting {other} {old_name}: {describe_error(exc)}") from exc
             metrics.API_WRITES.labels(other).inc()
+            # a later switch back applies the same manifest again: what we applied before is gone
+            recent.applied.pop((namespace, old_name, other), None)
     elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
     serving = new if new is not None else next((c for c in workloads.values() if c is not None), None)
