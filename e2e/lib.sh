@@ -20,6 +20,7 @@ ETCD_VERSION=$(modver etcd go.etcd.io/etcd/server/v3)
 KWOK_VERSION=$(modver kwok sigs.k8s.io/kwok)
 HELM_VERSION=$(modver helm helm.sh/helm/v4)
 KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
+LWS_VERSION=$(modver lws sigs.k8s.io/lws)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
@@ -31,13 +32,18 @@ binpath() {
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
     kube-score) v=$KUBE_SCORE_VERSION ;;
+    lws-controller-manager) v=$LWS_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
     *) echo "binpath: unknown binary $1" >&2; return 1 ;;
   esac
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score lws-controller-manager)
+
+# The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
+# GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.
+LWS_CONFIG_DIR=$E2E_BIN_DIR/lws-config-$LWS_VERSION
 
 # State of a running local cluster, and its ports (all on 127.0.0.1).
 E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}
@@ -49,6 +55,11 @@ E2E_APISERVER_PORT=${E2E_APISERVER_PORT:-26443}
 E2E_KCM_PORT=${E2E_KCM_PORT:-20257}
 E2E_SCHEDULER_PORT=${E2E_SCHEDULER_PORT:-20259}
 E2E_KWOK_PORT=${E2E_KWOK_PORT:-20247}
+# The LeaderWorkerSet controller manager: its admission webhooks (https, called by the API server by
+# url) and its health probes (http, /healthz and /readyz). E2E_LWS=0 leaves it out of e2e/up.
+E2E_LWS=${E2E_LWS:-1}
+E2E_LWS_WEBHOOK_PORT=${E2E_LWS_WEBHOOK_PORT:-20943}
+E2E_LWS_HEALTH_PORT=${E2E_LWS_HEALTH_PORT:-20981}
 E2E_SERVICE_CIDR=${E2E_SERVICE_CIDR:-10.96.0.0/16}
 E2E_CLUSTER_CIDR=${E2E_CLUSTER_CIDR:-10.244.0.0/16}
 

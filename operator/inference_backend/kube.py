@@ -18,7 +18,7 @@ from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.types import PatchType
+from lightkube.types import CascadeType, PatchType
 
 from inference_backend.api.common import API_VERSION, GROUP, VERSION
 
@@ -30,6 +30,11 @@ write takes them over (Kubernetes "Server-Side Apply", Transferring ownership)."
 IBResource = create_namespaced_resource(GROUP, VERSION, "InferenceBackend", "inferencebackends")
 ScaledObjectResource = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
 """KEDA's ScaledObject (keda.sh/v1alpha1), registered so its manifests load; the CRD may be absent (404)."""
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
+"""The LeaderWorkerSet CRD (sigs.k8s.io/lws) a multi-node placement needs; absent on clusters without LWS."""
+# Registered with lightkube so codecs.from_dict knows the kind; the apiserver answers 404 when the CRD is absent.
+LWSResource = create_namespaced_resource(LWS_GROUP, LWS_VERSION, "LeaderWorkerSet", LWS_PLURAL)
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +62,17 @@ def http_status(exc: BaseException) -> int | None:
     response = getattr(exc, "response", None)
     code = getattr(response, "status_code", None)
     return code if isinstance(code, int) else None
+
+
+def not_found(exc: BaseException) -> bool:
+    """The apiserver answered 404: for an apply, the resource type is not served (its CRD is not installed). For a
+    group/version it does not serve at all the apiserver answers in plain text ("404 page not found"), which lightkube
+    leaves as the HTTP client's HTTPStatusError (core/generic_client.py transform_exception: an ApiError only for a
+    JSON Status body); a served kind answers a JSON Status, an ApiError."""
+    if isinstance(exc, ApiError):
+        return exc.status is not None and exc.status.code == 404
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None) == 404
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +144,8 @@ class Kube:
         try:
             async with self._slots:
                 live: Any = await self.client.get(resource, meta["name"], namespace=meta["namespace"])
-        except ApiError as exc:
-            if exc.status.code == 404:
+        except Exception as exc:
+            if http_status(exc) == 404:  # no such object, or no such resource type (its CRD is absent)
                 return None
             raise
         found: dict[str, Any] = live.to_dict()  # lightkube models and generic resources alike
@@ -142,6 +158,18 @@ class Kube:
         by = f"owned by {', '.join(owners)}" if owners else f"managed by {', '.join(managers) or 'unknown'}"
         return f"{obj['kind']} {meta['namespace']}/{meta['name']} already exists and was not created by this " \
                f"InferenceBackend ({by})"  # fmt: skip
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete a workload we own (the Deployment or LeaderWorkerSet left after a switch of child kind); its pods go
+        with it (background cascade). Already gone is fine."""
+        res: Any = {"Deployment": Deployment, "LeaderWorkerSet": LWSResource}[kind]
+        self.writes += 1
+        async with self._slots:
+            try:
+                await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+            except Exception as exc:
+                if not not_found(exc):
+                    raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""

@@ -26,11 +26,11 @@ from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
-from inference_backend.kube import Kube, describe_error, http_status, owned
+from inference_backend.kube import LWS_CRD, LWS_GROUP, LWS_VERSION, Kube, describe_error, http_status, not_found, owned
 from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
-from inference_backend.render import render, selector_string
+from inference_backend.render import lws_name, render, selector_string
 from inference_backend.rollout import Choice, Live, choose, strategy
 from inference_backend.selection import Current, Decision, InvalidSpec, select
 
@@ -65,20 +65,34 @@ class Child:
     body: dict[str, Any] = field(default_factory=dict)
     replicas_owner: str | None = None
     """The Deployment's REPLICAS_OWNER annotation."""
+    owner: str | None = None
+    """The InferenceBackend owning it (its controller ownerReference); a LeaderWorkerSet is named <backend>-lws."""
 
     @cached_property
     def gpus(self) -> tuple[Pool, int] | None:
-        """(GPU pool, devices over all replicas) a Deployment requests; None when it requests none."""
+        """(GPU pool, devices over all replicas) a Deployment or LeaderWorkerSet requests (a LeaderWorkerSet's
+        replicas x its group size pods, each requesting the GPUs of one node); None when it requests none."""
         spec = self.body.get("spec") or {}
         pod = (spec.get("template") or {}).get("spec") or {}
-        return pod_pool(pod, int(spec.get("replicas", 1) or 0))
+        return pod_pool(pod, int(spec.get("replicas", 1) or 0) * int(spec.get("size", 1) or 1))
+
+
+WORKLOADS = ("Deployment", "LeaderWorkerSet")
+"""The kinds that run an InferenceBackend's pods: a Deployment on one node, a LeaderWorkerSet across nodes."""
 
 
 def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str, Any]:
-    """What the indexes keep of a child: for a Deployment, the replicas, the GPU request and the readiness fields
-    (Child.gpus, status.Observed); nothing for the others. Pod templates stay out of the operator's memory."""
-    if kind != "Deployment":
+    """What the indexes keep of a child: for a Deployment or LeaderWorkerSet, the replicas (and group size), the GPU
+    request and the readiness fields (Child.gpus, status.Observed); nothing for the others. Pod templates stay out
+    of the operator's memory. A LeaderWorkerSet is kept in a Deployment's shape: its leader template (the workers
+    request the same per pod) and its size."""
+    if kind not in WORKLOADS:
         return {}
+    size = 1
+    if kind == "LeaderWorkerSet":
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        size = int(lwt.get("size") or 1)
+        spec = {"replicas": spec.get("replicas", 1), "template": lwt.get("leaderTemplate") or {}}
     pod = (spec.get("template") or {}).get("spec") or {}
     selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in SELECTOR_KEYS}
     limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
@@ -89,19 +103,22 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
     status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions,
               "replicas": st.get("replicas"), "updatedReplicas": st.get("updatedReplicas")}  # fmt: skip
-    return {"spec": {"replicas": spec.get("replicas", 1), "template": template, "strategy": spec.get("strategy")},
-            "status": status}  # fmt: skip
+    out_spec = {"replicas": spec.get("replicas", 1), "template": template, "strategy": spec.get("strategy")}
+    if kind == "LeaderWorkerSet":
+        out_spec["size"] = size
+    return {"spec": out_spec, "status": status}
 
 
 def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a child's event can change in its owner's reconcile: for a Deployment, the rolled-up readiness."""
-    if body.get("kind") != "Deployment":
+    """What a child's event can change in its owner's reconcile: for a workload, the rolled-up readiness."""
+    kind = str(body.get("kind"))
+    if kind not in WORKLOADS:
         return ()
-    slim = slim_child("Deployment", dict(body.get("spec") or {}), dict(body.get("status") or {}))
+    slim = slim_child(kind, dict(body.get("spec") or {}), dict(body.get("status") or {}))
     observed = status.Observed.from_deployment(slim)
     live = Live.from_deployment(slim, SPEC_HASH)
     surging = live is not None and live.surge is True and live.in_flight  # its end frees the surge replica's GPUs
-    return (observed, slim["spec"]["template"], surging)
+    return (observed, slim["spec"]["template"], slim["spec"].get("size"), surging)
 
 
 @dataclass
@@ -144,7 +161,9 @@ class World:
             return self.ledger.excluding(exclude)
         used: dict[Pool, int] = {}
         for (namespace, name, kind), child in self.children.items():
-            if kind != "Deployment" or (namespace, name) == exclude or child.gpus is None:
+            if kind not in WORKLOADS or child.gpus is None:
+                continue
+            if (namespace, child.owner or name) == exclude:
                 continue
             pool, gpus = child.gpus
             used[pool] = used.get(pool, 0) + gpus
@@ -308,8 +327,7 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
         except InvalidSpec as exc:
             error, decision = str(exc), None
     if objects and decision is not None:
-        spec_hash = next((o["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH) for o in objects
-                          if o["kind"] == "Deployment"), None)  # fmt: skip
+        spec_hash = _template_hash(objects)
         choice = choose(ib.spec, decision, world.cluster(), gpus, live, spec_hash)
         for manifest in objects:
             if manifest["kind"] == "Deployment" and choice.surge is not None:
@@ -325,12 +343,48 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
     return plan
 
 
+CRD_RECHECK = 60.0
+"""Seconds before a plan that needs a CRD the cluster lacks is tried again (one apply a minute, not a hot loop; kopf
+also starts watching LeaderWorkerSets as soon as their CRD is installed)."""
+
+
+def _template_hash(objects: list[dict[str, Any]]) -> str | None:
+    """The spec hash of the rendered workload's pod template (a LeaderWorkerSet's leader template)."""
+    for o in objects:
+        if o["kind"] == "Deployment":
+            return o["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)  # type: ignore[no-any-return]
+        if o["kind"] == "LeaderWorkerSet":
+            leader = o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+            return leader["metadata"]["annotations"].get(SPEC_HASH)  # type: ignore[no-any-return]
+    return None
+
+
+def _workload_kind(plan: Plan) -> str | None:
+    return next((m["kind"] for m, _ in plan.manifests if m["kind"] in WORKLOADS), None)
+
+
+def _available(child: Child | None) -> bool:
+    observed = status.Observed.from_deployment(child.body) if child is not None else None
+    return observed is not None and observed.available and (observed.ready_replicas > 0 or observed.replicas == 0)
+
+
+def _missing_crd(decision: Decision) -> str:
+    nodes = decision.placement.pipeline_parallel if decision.placement is not None else 0
+    return (f"the plan runs one replica across {nodes} nodes as a LeaderWorkerSet, and this cluster does not serve "
+            f"its CRD ({LWS_CRD}, {LWS_GROUP}/{LWS_VERSION}): install LeaderWorkerSet (sigs.k8s.io/lws v0.7.0); "
+            f"nothing else is applied meanwhile, checked again every {CRD_RECHECK:.0f} s")  # fmt: skip
+
+
 async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent, trigger: str) -> Outcome:
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
     previous = recent.previous_status((namespace, name), _user_status(body))
-    deployment = world.children.get((namespace, name, "Deployment"))
-    stuck, recheck = _unschedulable(world, (namespace, name), previous, generation, deployment is not None)
+    workloads = {
+        "Deployment": world.children.get((namespace, name, "Deployment")),
+        "LeaderWorkerSet": world.children.get((namespace, lws_name(name), "LeaderWorkerSet")),
+    }
+    serving_any = any(c is not None for c in workloads.values())
+    stuck, recheck = _unschedulable(world, (namespace, name), previous, generation, serving_any)
     try:
         plan = _plan(body, world, previous, recent, stuck)
     except Exception as exc:  # a bug or a fact nobody foresaw: this backend fails alone, visibly
@@ -339,11 +393,19 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     decision, error = plan.decision, plan.error
     if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
-    waiting, freed, overcommitted = _reserve(plan, world, (namespace, name), serving=deployment is not None)
-    applied = 0
+    waiting, freed, overcommitted = _reserve(plan, world, (namespace, name), serving=serving_any)
     autoscaled = plan.spec is not None and plan.spec.autoscaling is not None
     scaler_status: dict[str, Any] | None = None
     scaler_missing: str | None = None
+    # The workload the plan wants, and the one of the other kind (a switch between one node and several): the old
+    # one keeps serving, with the Service as it was, until the new one is available; then it is deleted.
+    kind = _workload_kind(plan)
+    other = next((k for k in WORKLOADS if k != kind), None) if kind is not None else None
+    old = workloads[other] if other is not None else None
+    new = workloads[kind] if kind is not None else None
+    switching = old is not None and not _available(new)
+    applied = 0
+    missing: str | None = None
     if decision is not None and decision.satisfiable and waiting is None:
         metrics.DECISIONS.labels(decision.backend).inc()
         if not autoscaled and previous.get("autoscaling"):
@@ -357,9 +419,11 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             metrics.API_WRITES.labels("ScaledObject").inc()
             recent.scaler_missing.pop((namespace, name), None)
         for manifest, wanted_hash in plan.manifests:
-            kind, child_name = manifest["kind"], manifest["metadata"]["name"]
-            key = (namespace, child_name, kind)
-            if kind == autoscaling.SCALED_OBJECT:
+            kind_, child_name = manifest["kind"], manifest["metadata"]["name"]
+            if switching and kind_ not in WORKLOADS:
+                continue  # the Service (and PDB, ScaledObject) keep their targets until the new workload is available
+            key = (namespace, child_name, kind_)
+            if kind_ == autoscaling.SCALED_OBJECT:
                 # Not watched (the KEDA CRD may be absent): the hash last applied is kept in the status.
                 scaler_status, scaler_missing, wrote = await _apply_scaler(
                     manifest, wanted_hash, body, previous, plan, kube, recent, (namespace, name)
@@ -373,64 +437,89 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
             if child is None and key not in recent.applied:  # never adopt what someone else made
                 try:
-                    other = await kube.foreign(manifest, str(meta.get("uid")))
+                    theirs = await kube.foreign(manifest, str(meta.get("uid")))
                 except Exception as exc:
-                    why = f"reading {kind} {child_name}: {describe_error(exc)}"
+                    why = f"reading {kind_} {child_name}: {describe_error(exc)}"
                     raise ReconcileFailure("ApplyFailed", why) from exc
-                if other is not None:
-                    raise ReconcileFailure("ChildConflict", f"{other}: it is left untouched; delete or rename it, or "
+                if theirs is not None:
+                    raise ReconcileFailure("ChildConflict", f"{theirs}: it is left untouched; delete or rename it, or "
                                                             "rename this InferenceBackend")  # fmt: skip
             try:
-                if kind == "Deployment" and autoscaled and child is not None and child.replicas_owner != AUTOSCALER:
+                if kind_ == "Deployment" and autoscaled and child is not None and child.replicas_owner != AUTOSCALER:
                     # Autoscaling turned on: the operator's manager owns replicas and its next apply drops them,
                     # which would reset them to 1. Another manager takes them first (kube.HANDOFF_MANAGER).
                     assert plan.spec is not None and plan.spec.autoscaling is not None
                     await kube.hand_off_replicas(manifest, _clamped(child, plan.spec.autoscaling))
-                    metrics.API_WRITES.labels(kind).inc()
+                    metrics.API_WRITES.labels(kind_).inc()
                 await kube.apply(owned(manifest, dict(body)))
             except Exception as exc:
-                raise ReconcileFailure("ApplyFailed", f"applying {kind} {child_name}: {describe_error(exc)}") from exc
+                if kind_ == "LeaderWorkerSet" and not_found(exc):
+                    missing = _missing_crd(decision)
+                    break
+                raise ReconcileFailure("ApplyFailed", f"applying {kind_} {child_name}: {describe_error(exc)}") from exc
             recent.applied[key] = (wanted_hash, time.monotonic())
-            metrics.API_WRITES.labels(kind).inc()
+            metrics.API_WRITES.labels(kind_).inc()
             applied += 1
+        if old is not None and other is not None and not switching and missing is None:
+            old_name = name if other == "Deployment" else lws_name(name)
+            try:
+                await kube.delete(other, namespace, old_name)
+            except Exception as exc:
+                raise ReconcileFailure("DeleteFailed", f"deleting {other} {old_name}: {describe_error(exc)}") from exc
+            metrics.API_WRITES.labels(other).inc()
+            # a later switch back applies the same manifest again: what we applied before is gone
+            recent.applied.pop((namespace, old_name, other), None)
         if scaler_missing is not None:
             recheck = min(recheck, SCALER_RETRY) if recheck is not None else SCALER_RETRY
     elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
     if waiting is not None and autoscaled and previous.get("autoscaling"):
         scaler_status = dict(previous["autoscaling"])  # nothing applied now: what was applied still holds
-    observed = status.Observed.from_deployment(deployment.body if deployment else None)
-    if observed is None and decision is not None and decision.satisfiable and waiting is None:
-        # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
+    serving = new if new is not None else next((c for c in workloads.values() if c is not None), None)
+    switch_note = None
+    if switching and missing is None and old is not None and kind is not None and other is not None:
+        serving = old  # what the Service routes to until the new workload is available
+        progress = status.Observed.from_deployment(new.body) if new is not None else None
+        ready = f"{progress.ready_replicas}/{progress.replicas} ready" if progress is not None else "being created"
+        switch_note = (f"switching from a {other} to a {kind} ({ready}): the {other} keeps serving until the {kind} "
+                       "is available, then it is deleted")  # fmt: skip
+    elif missing is not None:
+        serving = old
+    observed = status.Observed.from_deployment(serving.body if serving else None)
+    if observed is None and decision is not None and decision.satisfiable and waiting is None and missing is None:
+        # Just applied; the watch has not brought the workload back yet. It starts with none ready.
         observed = status.Observed(replicas=plan.replicas, ready_replicas=0, available=False)
-    pod_problem = worst(world.pods.get((namespace, name), ())) if deployment is not None else None
-    new = status.compute(
+    pod_problem = worst(world.pods.get((namespace, name), ())) if serving_any else None
+    new_status = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
         waiting=waiting.message(plan.replicas, _per_replica(decision), _surging(plan)) if waiting else None,
         pod_problem=pod_problem, selector=selector_string(name),
         autoscaling=_scaling_condition(plan, scaler_status, scaler_missing, overcommitted, observed)
         if autoscaled and decision is not None and decision.satisfiable else None,
+        missing=missing, switching=switch_note,
     )  # fmt: skip
-    if scaler_status is not None and "backend" in new:
-        new["autoscaling"] = scaler_status
+    if scaler_status is not None and "backend" in new_status:
+        new_status["autoscaling"] = scaler_status
     rollout = plan.rollout.to_status() if plan.rollout is not None else None
-    if rollout is not None and "backend" in new:
-        new["rollout"] = rollout
+    if rollout is not None and "backend" in new_status:
+        new_status["rollout"] = rollout
     written = False
-    if status.changed(previous, new):
+    if status.changed(previous, new_status):
         if log.isEnabledFor(logging.DEBUG):
-            diff = sorted(k for k in set(previous) | set(new) if previous.get(k) != new.get(k))
+            diff = sorted(k for k in set(previous) | set(new_status) if previous.get(k) != new_status.get(k))
             log.debug("status of %s/%s changes (%s): %s", namespace, name, trigger, diff)
-        patch = {**{k: None for k in previous if k not in new}, **new}
+        patch = {**{k: None for k in previous if k not in new_status}, **new_status}
         try:
             await kube.patch_status(namespace, name, patch)
         except Exception as exc:
             raise ReconcileFailure("StatusWriteFailed", f"writing the status: {describe_error(exc)}") from exc
-        recent.statuses[(namespace, name)] = new
+        recent.statuses[(namespace, name)] = new_status
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
-    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem, recheck, overcommitted)
+    if missing is not None:
+        recheck = CRD_RECHECK if recheck is None else min(recheck, CRD_RECHECK)
+    return Outcome(decision, error, applied, written, new_status, waiting, freed, pod_problem, recheck, overcommitted)
 
 
 def _replicas(spec: InferenceBackendSpec, deployment: Child | None) -> int:

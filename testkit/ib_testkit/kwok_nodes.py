@@ -93,6 +93,13 @@ NODE_SETS = {
     "gpu-nolabels.yaml": ("nolabels", "gpu-nolabels"),
 }
 
+# Pools of several nodes of one class, under e2e/nodes/pools/: not part of the default node sets (e2e/nodes/apply
+# and the e2e fixtures apply e2e/nodes/*.yaml only), applied by the tests that need them and deleted afterwards.
+# file name -> (class, node names). h100x8: multi-node serving (a LeaderWorkerSet's leader and workers, 8 GPUs each).
+POOLS = {
+    "pools/gpu-h100x8-pool.yaml": ("h100x8", [f"gpu-h100x8-pool-{i}" for i in range(3)]),
+}
+
 
 def node(cls: str, name: str) -> dict[str, Any]:
     c = CLASSES[cls]
@@ -196,6 +203,10 @@ def main(argv: list[str]) -> int:
         for fname, (cls, name) in NODE_SETS.items():
             header = f"# Fake node ({cls}) for the local control plane; written by {WRITER}.\n"
             (here / fname).write_text(header + documents([node(cls, name)]))
+        for fname, (cls, names) in POOLS.items():
+            header = f"# A pool of {len(names)} fake {cls} nodes for the local control plane; written by {WRITER}.\n"
+            (here / fname).parent.mkdir(exist_ok=True)
+            (here / fname).write_text(header + documents([node(cls, n) for n in names]))
         return 0
     if a.cls:
         sys.stdout.write(documents([node(a.cls, a.name or a.cls)]))
