@@ -24,8 +24,8 @@ GPU = "nvidia.com/gpu"
 @pytest.fixture(scope="module", autouse=True)
 def lws_controller() -> None:
     """Skips the module, naming why, when the cluster runs no LeaderWorkerSet controller (e2e/up with E2E_LWS=0)."""
-    res = kubectl("get", "crd", LWS_CRD, check=False)
-    if LWS_CRD not in res:
+    res = kubectl("get", "crd", LWS_CRD, "-o", "name", check=False)  # stdout, then stderr
+    if not res.startswith(f"customresourcedefinition.apiextensions.k8s.io/{LWS_CRD}"):
         pytest.skip(f"no {LWS_CRD} CRD: e2e/up runs the LeaderWorkerSet controller unless E2E_LWS=0")
 
 
