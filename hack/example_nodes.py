@@ -58,6 +58,8 @@ def cpu_nodes(n: int) -> list[dict[str, Any]]:
 SETS = {
     "cpu-only.yaml": node_list(*cpu_nodes(3)),
     "h100x8.yaml": node_list(*[node(f"h100-{i}", "191", "1900Gi", "h100", 8) for i in (1, 2)], *cpu_nodes(1)),
+    # enough 8x H100 nodes for a 405B-class model over two nodes per replica (docs/multinode.md), two replicas
+    "h100x8-x4.yaml": node_list(*[node(f"h100-{i}", "191", "1900Gi", "h100", 8) for i in (1, 2, 3, 4)]),
     "l4.yaml": node_list(*[node(f"l4-{i}", "15", "60Gi", "l4", 1) for i in (1, 2, 3)], *cpu_nodes(1)),
     "gpu-nolabels.yaml": node_list(node("gpu-nolabels-1", "31", "120Gi", "l4", 1, gfd=False), *cpu_nodes(1)),
     "mixed.yaml": node_list(

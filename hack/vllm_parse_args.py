@@ -169,6 +169,33 @@ def check_quantization(engine_args: Any) -> dict[str, Any] | None:
     return {"method": method, "deprecated": deprecated, "methods": list(me_quant.QUANTIZATION_METHODS)}
 
 
+def check_parallel(engine_args: Any) -> dict[str, Any]:
+    """ParallelConfig as EngineArgs.create_engine_config builds it from the parallel flags (vllm/config/parallel.py),
+    with the multi-node checks create_engine_config runs before it (--nnodes divides the world size tensor x
+    pipeline x data parallel; 0 <= --node-rank < --nnodes). Reports the world size, the GPUs each node runs
+    (local_world_size) and the node's rank, which the LeaderWorkerSet's pods must match."""
+    from vllm.config import ParallelConfig
+
+    e = engine_args
+    within_dp = e.pipeline_parallel_size * e.tensor_parallel_size * e.prefill_context_parallel_size
+    world = e.data_parallel_size * within_dp
+    if e.nnodes > 1:
+        if world % e.nnodes:
+            raise ValueError(f"--nnodes {e.nnodes} must evenly divide the total world size ({world})")
+        if not 0 <= e.node_rank < e.nnodes:
+            raise ValueError(f"--node-rank must be between 0 and {e.nnodes - 1}; got {e.node_rank}")
+    p = ParallelConfig(
+        pipeline_parallel_size=e.pipeline_parallel_size, tensor_parallel_size=e.tensor_parallel_size,
+        master_addr=e.master_addr, master_port=e.master_port, nnodes=e.nnodes, node_rank=e.node_rank,
+        distributed_executor_backend=e.distributed_executor_backend,
+    )  # fmt: skip
+    return {
+        "world_size": p.world_size, "local_world_size": p.local_world_size, "nnodes": p.nnodes,
+        "node_rank": p.node_rank, "node_rank_within_dp": p.node_rank_within_dp, "master_addr": p.master_addr,
+        "master_port": p.master_port, "distributed_executor_backend": jsonable(p.distributed_executor_backend),
+    }  # fmt: skip
+
+
 def run(argv: list[str]) -> tuple[dict[str, Any], int]:
     try:
         _run(argv)
@@ -221,6 +248,7 @@ def _run(argv: list[str]) -> None:
         checks["speculative"] = check_speculative(engine_args)
         checks["cache_config"] = check_cache(engine_args)
         checks["quantization"] = check_quantization(engine_args)
+        checks["parallel"] = check_parallel(engine_args)
     except Exception as e:
         emit({"ok": False, "stage": "check", "error": f"{type(e).__name__}: {e}"}, 4)
     emit(

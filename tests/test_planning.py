@@ -79,14 +79,34 @@ CASES = [
     # 2 CPUs / 4 GiB: 90% = 3 GiB < the 4 GiB an engine process needs: refused with the numbers
     Case("8b-on-2vcpu-4GiB-l4-refused-3GiB-below-4GiB", m(model=m(modelRef="llama-3-1-8b")), [L4_TINY], None,
          rejected={"vllm": "allocate 2 CPUs and 4.0 GiB: 90% of that is below the 1 CPU(s) and 4.0 GiB"}),
-    # 405B bf16 = 756 GiB + 12 + 37.8 overhead + 3.9 for one 8192-token sequence = 810 GiB > 573.5 GiB of one
-    # 8xH100 node: 2 nodes x 8 (TP 8, PP 2), Unsatisfiable with the numbers, never PyTorch on CPU
-    Case("405b-bf16-on-8xh100-needs-2-nodes-x-8-810GiB-over-573.5GiB", m(model=m(modelRef="llama-3-1-405b")),
+    # 405B bf16 = 754.4 GiB + 24 + 37.7 overhead (16 GPUs) + 3.9 for one 8192-token sequence = 820 GiB > 573.5 GiB
+    # of one 8xH100 node: 2 nodes x 8 (TP 8 in each node, PP 2 across), placed on the two nodes there are
+    Case("405b-bf16-on-two-8xh100-tp8-x-pp2-820GiB-over-2x573.5GiB", m(model=m(modelRef="llama-3-1-405b")),
+         [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")], "vllm", 8,
+         reasons=("chosen: vllm on 2 nodes x 8x NVIDIA-H100-80GB-HBM3 (81559 MiB each; tensor parallel 8 in each "
+                  "node, pipeline parallel 2 across nodes)",
+                  "one replica needs 820.0 GiB; one node of 8x NVIDIA-H100-80GB-HBM3 offers 573.5 GiB",
+                  "memory per node: weights 377.2 GiB + overhead 30.9 GiB + KV 165.4 GiB of 573.5 GiB",
+                  "interconnect: tensor parallel inside each node over NVLink", "pipeline parallel across nodes over "
+                  "the cluster network", "not across nodes: TGI 3.3.7"),
+         rejected={"tgi": "across nodes: TGI 3.3.7 does not run one replica across nodes",
+                   "sglang": "ranked below vllm"}),
+    # one 8xH100 node only: unsatisfiable with the number of nodes it needs, never PyTorch on the big CPU node
+    Case("405b-on-one-8xh100-needs-2-nodes-not-cpu", m(model=m(modelRef="llama-3-1-405b")),
+         [H100x8, node("cpu-big", cpu="192", memory="4000Gi")], None,
+         reasons=("needs 2 nodes of 8x NVIDIA-H100-80GB-HBM3 (2 nodes x 8x NVIDIA-H100-80GB-HBM3 (tensor parallel "
+                  "8 in each node, pipeline parallel 2", "1 such node(s) usable", "not placed on CPU"),
+         rejected={"vllm": "needs 2 nodes of 8x NVIDIA-H100-80GB-HBM3; 1 usable"}),
+    # two replicas of two nodes each: four nodes, and there are two
+    Case("405b-2-replicas-on-two-8xh100-needs-4-nodes", m(model=m(modelRef="llama-3-1-405b"), replicas=2),
          [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")], None,
-         reasons=("it needs 2 nodes x 8x NVIDIA-H100-80GB-HBM3 (tensor parallel 8 in each node, pipeline parallel 2",
-                  "not placed on CPU")),
-    Case("405b-with-cpu-nodes-too-still-not-cpu", m(model=m(modelRef="llama-3-1-405b")),
-         [H100x8, node("cpu-big", cpu="192", memory="4000Gi")], None, reasons=("not placed on CPU",)),
+         reasons=("needs 4 nodes of 8x NVIDIA-H100-80GB-HBM3 (2 per replica x 2 replicas)",)),
+    # an engine whose pinned release does not run across nodes, asked for by name: unsatisfiable, naming the ones
+    # that do
+    Case("405b-tgi-requested-does-not-run-across-nodes", m(model=m(modelRef="llama-3-1-405b"), backend="tgi"),
+         [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")], None,
+         reasons=("TGI 3.3.7 does not run across nodes (engines that run one replica across nodes (pinned releases):"
+                  " vLLM 0.33.0, SGLang 0.5.23",)),
     # llama.cpp: -c is context x slots. Mistral-7B q4_k_m 4.1 GiB + 0.5 + 4 GiB per 32768-token slot
     # (128 KiB/token) on a 16 GiB node (14.4 GiB at 0.9): 2 slots fit, not the 4 asked
     Case("llamacpp-32k-mistral-7b-16GiB-node-2-slots-of-4GiB", m(model=m(modelRef="mistral-7b-gguf"),
@@ -184,14 +204,33 @@ def test_llamacpp_memory_request_covers_weights_plus_context_x_slots_plus_overhe
     assert d.memory.weights + kv <= 14 * 2**30, "the limit holds the weights and every slot's context"
 
 
-def test_405b_status_placement_has_the_multi_node_numbers() -> None:
-    d = select(spec(model={"modelRef": "llama-3-1-405b"}), cluster(H100x8), REGISTRY)
-    assert d.backend is None and d.multi_node is not None
+@pytest.mark.parametrize("nodes", [1, 2], ids=["one-node-unsatisfiable", "two-nodes-placed"])
+def test_405b_status_placement_has_the_multi_node_numbers(nodes: int) -> None:
+    h100s = [node(f"h100-{i}", "h100", 8, cpu="192", memory="1900Gi") for i in range(nodes)]
+    d = select(spec(model={"modelRef": "llama-3-1-405b"}), cluster(*h100s), REGISTRY)
+    assert (d.backend is not None) == (nodes == 2) and d.multi_node is not None
     placement = d.to_status().placement
     assert placement is not None
     assert (placement.nodes, placement.gpus_per_node, placement.tensor_parallel_size,
             placement.pipeline_parallel_size, placement.gpus_per_replica) == (2, 8, 8, 2, 16)  # fmt: skip
-    assert d.to_json()["multiNode"]["nodes"] == 2
+    out = d.to_json()
+    assert out["multiNode"]["nodes"] == 2 and out["multiNode"]["availableNodes"] == nodes
+    if nodes == 2:
+        assert (out["nodes"], out["gpusPerNode"], out["pipelineParallelSize"], out["gpusPerReplica"]) == (2, 8, 2, 16)
+
+
+def test_405b_on_two_nodes_renders_a_leaderworkerset_of_two_pods_of_8_gpus() -> None:
+    h100s = [node(f"h100-{i}", "h100", 8, cpu="192", memory="1900Gi") for i in range(2)]
+    d = select(spec(model={"modelRef": "llama-3-1-405b"}), cluster(*h100s), REGISTRY)
+    objects = render(_ib({"model": {"modelRef": "llama-3-1-405b"}}), d)
+    assert [o["kind"] for o in objects] == ["LeaderWorkerSet", "Service"]
+    tpl = objects[0]["spec"]["leaderWorkerTemplate"]
+    assert tpl["size"] == 2
+    for role in ("leaderTemplate", "workerTemplate"):
+        (c,) = tpl[role]["spec"]["containers"]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == 8, role
+        assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "8"
+        assert c["args"][c["args"].index("--pipeline-parallel-size") + 1] == "2"
 
 
 def test_single_node_status_placement_says_one_node() -> None:

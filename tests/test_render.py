@@ -77,7 +77,8 @@ def test_objects_pdb_strategy_labels() -> None:
     objs = render(ib, decision)
     assert [o["kind"] for o in objs] == ["Deployment", "Service", "PodDisruptionBudget"]
     assert objs[2]["spec"]["maxUnavailable"] == 1
-    assert {o["metadata"]["name"] for o in objs} == set(object_names(ib).values())
+    names = {k: v for k, v in object_names(ib).items() if k != "LeaderWorkerSet"}
+    assert {o["metadata"]["name"] for o in objs} == set(names.values())
     assert all("ownerReferences" not in o["metadata"] for o in objs)
     d = objs[0]
     assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}

@@ -197,10 +197,14 @@ def test_plan_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> No
     """Whatever the load and the nodes: TP divides the attention heads (and divides or is a multiple of the KV
     heads) unless the engine splits layers, fits one node's allocatable GPUs; host requests fit the node's
     allocatable; the replicas hold the load; CPU placements under auto never use GPU nodes; a model reported as
-    multi-node is never placed."""
+    multi-node is placed only on as many usable nodes as it needs, by an engine that runs across nodes."""
     d = select(spec(**raw), cluster(*nodes), PLAN_MODELS)
     if d.multi_node is not None:
-        assert d.backend is None and d.multi_node.nodes >= 2
+        assert d.multi_node.nodes >= 2
+        if d.backend is not None:
+            assert card(d.backend).multi_node and d.placement is not None
+            assert d.placement.pipeline_parallel == d.multi_node.nodes
+            assert d.placement.nodes >= d.multi_node.nodes * max(raw.get("replicas", 1), 1)
     if d.backend is None or d.placement is None:
         return
     p, m, host, plan = d.placement, d.model, d.host, d.plan

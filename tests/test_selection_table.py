@@ -101,19 +101,21 @@ CASES = [
     # --- memory fit and tensor parallelism
     Case("70b-needs-tp4", m(model=m(modelRef="llama-3-1-70b")), H100x8, "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 4),
     # 70B bf16 = 131.5 GiB of weights: no single-GPU L4 node holds it, so the decision names the nodes it would
-    # take (152.6 GiB / 20.2 GiB per L4 node -> 8 nodes) and never falls back to CPU.
+    # take (152.6 GiB / 20.2 GiB per L4 node -> 8 nodes; there are 2) and never falls back to CPU.
     Case("70b-on-1xl4-nodes-needs-8-nodes-of-20.2GiB-not-cpu", m(model=m(modelRef="llama-3-1-70b")), L4x1 + CPU, None,
-         reason="it needs 8 nodes x 1x NVIDIA-L4 (tensor parallel 1 in each node, pipeline parallel 8"),
+         reason="it needs 8 nodes of 1x NVIDIA-L4 (8 nodes x 1x NVIDIA-L4 (tensor parallel 1 in each node, pipeline "
+                "parallel 8", rejected={"vllm": "across nodes: needs 8 nodes of 1x NVIDIA-L4; 2 usable"}),
     Case("70b-tp2-with-fraction-1", m(model=m(modelRef="llama-3-1-70b"), kvCache=m(memoryFraction=1.0)), H100x8,
          "vllm", "gpu", "NVIDIA-H100-80GB-HBM3", 2),
     Case("cpu-too-small", m(model=m(modelRef="llama-3-1-8b")), SMALL_CPU, None,
          rejected={"pytorch": "does not fit: needs"}),
-    # 8B at 131072 context: 15 GiB weights + 16 GiB for one full-context sequence > 20.2 GiB of one L4: two L4
-    # nodes would hold it; GPU nodes are not used for CPU placements under accelerator auto.
-    Case("context-131072-8b-needs-33.2GiB-on-l4-only-2-nodes-not-cpu",
-         m(model=m(modelRef="llama-3-1-8b", contextLength=131072)), L4x1, None,
-         reason="it needs 2 nodes x 1x NVIDIA-L4",
-         rejected={"vllm": "does not fit: needs 33.2 GiB per replica; 1x NVIDIA-L4 offers 20.2 GiB"}),
+    # 8B at 131072 context: 15 GiB weights + 16 GiB for one full-context sequence > 20.2 GiB of one L4: the two L4
+    # nodes hold it, one pipeline stage each; GPU nodes are not used for CPU placements under accelerator auto.
+    Case("context-131072-8b-needs-33.2GiB-on-l4-only-2-nodes-pp2-not-cpu",
+         m(model=m(modelRef="llama-3-1-8b", contextLength=131072)), L4x1, "vllm", "gpu", "NVIDIA-L4", 1,
+         reason="chosen: vllm on 2 nodes x 1x NVIDIA-L4 (23034 MiB each; tensor parallel 1 in each node, pipeline "
+                "parallel 2 across nodes)",
+         rejected={"tgi": "does not fit: needs 33.2 GiB per replica; 1x NVIDIA-L4 offers 20.2 GiB"}),
     Case("cpu-on-gpu-only-nodes-when-accelerator-cpu", m(model=m(modelRef="qwen-0-5b"), hardware=m(accelerator="cpu")),
          L4x1, "pytorch", "cpu", reason="no CPU-only node: CPU placements considered on GPU nodes"),
     # TP=2 does not fit (131.5 GiB weights + 9.6 overhead + 2.5 for one 8192-token sequence > 143.4 GiB); TP=4
@@ -209,7 +211,8 @@ def test_scenario(case: Case) -> None:
     if case.gpu:
         assert d.placement is not None and d.placement.gpu is not None and d.placement.gpu.product == case.gpu, path
     if case.gpu:
-        assert d.placement is not None and d.placement.tensor_parallel_size == case.tp == d.placement.gpus_per_replica
+        assert d.placement is not None and d.placement.tensor_parallel_size == case.tp
+        assert d.placement.gpus_per_replica == case.tp * d.placement.pipeline_parallel, "nodes x GPUs per node"
     if case.speculation is not None:
         assert d.speculation.enabled is case.speculation, d.speculation
     if case.reason:

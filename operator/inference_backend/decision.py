@@ -101,14 +101,31 @@ class Placement:
     nodes: int
     gpu: GPUFacts | None = None
     gpus_per_replica: int = 0
+    """GPUs of one replica over all its nodes (nodes x GPUs per node)."""
+    pipeline_parallel: int = 1
+    """Nodes one replica spans (pipeline-parallel stages, one per node); 1 on one node."""
 
     @property
     def tensor_parallel_size(self) -> int:
-        return self.gpus_per_replica
+        """Tensor-parallel width: the GPUs of one replica on each of its nodes."""
+        return self.gpus_per_replica // max(self.pipeline_parallel, 1)
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs each pod of the replica requests (one pod per node)."""
+        return self.tensor_parallel_size
+
+    @property
+    def multi_node(self) -> bool:
+        return self.pipeline_parallel > 1
 
     def describe(self) -> str:
         if self.gpu is None:
             return f"CPU ({self.hardware.cpu_millis // 1000} cores, {gib(self.hardware.memory_bytes)} GiB)"
+        if self.multi_node:
+            return (f"{self.pipeline_parallel} nodes x {self.gpus_per_node}x {self.gpu.product} "
+                    f"({self.gpu.memory_mib} MiB each; tensor parallel {self.gpus_per_node} in each node, pipeline "
+                    f"parallel {self.pipeline_parallel} across nodes)")  # fmt: skip
         return f"{self.gpus_per_replica}x {self.gpu.product} ({self.gpu.memory_mib} MiB each)"
 
 
@@ -136,8 +153,9 @@ class Plan:
 
 @dataclass(frozen=True)
 class MultiNode:
-    """A model larger than any one node: the smallest multi-node layout that would hold it (reported, not rendered;
-    the multi-node renderer turns it into a LeaderWorkerSet)."""
+    """A model larger than any one node: the smallest multi-node layout that holds it (selection/multinode.py). A
+    satisfiable decision places it (Placement.pipeline_parallel > 1, rendered as a LeaderWorkerSet); an
+    unsatisfiable one reports it with the nodes it needs."""
 
     engine: str
     gpu: GPUFacts
@@ -228,6 +246,9 @@ class Decision:
             "gpuProduct": p.gpu.product if p and p.gpu else None,
             "gpusPerReplica": p.gpus_per_replica if p else 0,
             "tensorParallelSize": p.tensor_parallel_size if p else 0,
+            "nodes": p.pipeline_parallel if p and p.gpu else None,
+            "gpusPerNode": p.gpus_per_node if p and p.gpu else None,
+            "pipelineParallelSize": p.pipeline_parallel if p and p.gpu else None,
             "batching": self.batching.strategy if self.batching else None,
             "prefixCache": self.prefix_cache,
             "speculativeDecoding": self.speculation.to_json(),
@@ -257,9 +278,9 @@ class Decision:
                 tensor_parallel_size=p.tensor_parallel_size,
                 gpu_resource=bounded([p.gpu.resource], 1, 317)[0] if p.gpu else None,
                 node_selector=dict(pod_selector(p.gpu)) if p.gpu and p.gpu.selector else None,
-                nodes=1 if p.gpu else None,
-                gpus_per_node=p.gpus_per_replica if p.gpu else None,
-                pipeline_parallel_size=1 if p.gpu else None,
+                nodes=p.pipeline_parallel if p.gpu else None,
+                gpus_per_node=p.gpus_per_node if p.gpu else None,
+                pipeline_parallel_size=p.pipeline_parallel if p.gpu else None,
             )
         elif self.multi_node is not None:
             mn = self.multi_node

@@ -2,7 +2,8 @@
 
 - the startup handler builds the state (with the indexes kopf hands to startup handlers) and starts its node watch
   and work queue; the cleanup handler cancels and awaits every task it started;
-- Models are indexed by namespace, the children we own by (namespace, name, kind) with their applied hash, and the
+- Models are indexed by namespace, the children we own (Deployments or LeaderWorkerSets, Services, PDBs) by
+  (namespace, name, kind) with their applied hash, and the
   InferenceBackends by (namespace, name), our pods (a server-side label-selected watch) by their owner as slim
   summaries of their problems (inference_backend.pods); nodes are grouped by hardware class by one watch
   (nodewatch: a kopf index would cost O(nodes^2) at startup);
@@ -23,16 +24,18 @@ import kopf
 
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
+from inference_backend.kube import LWS_GROUP, LWS_PLURAL, LWS_VERSION
 from inference_backend.pods import PodSummary, owner, summarize
 from inference_backend.reconcile import APPLIED_HASH, UNSCHEDULABLE_GRACE, Child, slim_child
-from inference_backend.render import COMPONENT, MANAGED_BY
+from inference_backend.render import COMPONENT, MANAGED_BY, WORKER_COMPONENT
 from inference_backend.state import Indexes, OperatorState
 
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}  # a label filter, read by kopf's decorators only
 PLURAL = "inferencebackends"
-POD_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY},app.kubernetes.io/component={COMPONENT}"
-"""Server-side label selector of the pod watch: the labels render puts on every pod template; no other pod of
-the cluster reaches the operator."""
+POD_SELECTOR = (f"app.kubernetes.io/managed-by={MANAGED_BY},"
+                f"app.kubernetes.io/component in ({COMPONENT},{WORKER_COMPONENT})")  # fmt: skip
+"""Server-side label selector of the pod watch: the labels render puts on every pod template (a LeaderWorkerSet's
+workers carry the worker component); no other pod of the cluster reaches the operator."""
 log = logging.getLogger(__name__)
 
 
@@ -47,7 +50,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
     settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
-    names = ("models", "deployments", "services", "pdbs", "backends", "pods")
+    names = ("models", "deployments", "services", "pdbs", "backends", "pods", "lws")
     indexes = Indexes(**{name: kwargs[name] for name in names})
     state = OperatorState(
         indexes,
@@ -79,11 +82,20 @@ def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
     meta = body["metadata"]
     annotations = meta.get("annotations") or {}
     keep = slim_child(body["kind"], dict(body.get("spec") or {}), dict(body.get("status") or {}))
-    return {(meta["namespace"], meta["name"], body["kind"]): Child(annotations.get(APPLIED_HASH), keep)}
+    owner = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"),
+                 None)  # fmt: skip
+    return {(meta["namespace"], meta["name"], body["kind"]): Child(annotations.get(APPLIED_HASH), keep, owner)}
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)
 async def deployments(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    return _child(body)
+
+
+@kopf.index(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=MANAGED)
+async def lws(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    """The LeaderWorkerSets of multi-node backends. Without the LWS CRD kopf watches nothing here (it starts the
+    watch if the CRD is installed later), and a multi-node plan says in its status that the CRD is missing."""
     return _child(body)
 
 
@@ -142,6 +154,11 @@ def _owner(body: kopf.Body, trigger: str, type: str | None, memo: kopf.Memo) -> 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 async def on_deployment(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     _owner(body, "deployment", type, memo)
+
+
+@kopf.on.event(LWS_GROUP, LWS_VERSION, LWS_PLURAL, labels=MANAGED)
+async def on_lws(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    _owner(body, "leaderworkerset", type, memo)
 
 
 @kopf.on.event("", "v1", "services", labels=MANAGED)

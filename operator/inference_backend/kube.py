@@ -17,12 +17,18 @@ from typing import Any
 from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.types import PatchType
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.types import CascadeType, PatchType
 
 from inference_backend.api.common import API_VERSION, GROUP, VERSION
 
 FIELD_MANAGER = "inference-backend"
 IBResource = create_namespaced_resource(GROUP, VERSION, "InferenceBackend", "inferencebackends")
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
+"""The LeaderWorkerSet CRD (sigs.k8s.io/lws) a multi-node placement needs; absent on clusters without LWS."""
+# Registered with lightkube so codecs.from_dict knows the kind; the apiserver answers 404 when the CRD is absent.
+LWSResource = create_namespaced_resource(LWS_GROUP, LWS_VERSION, "LeaderWorkerSet", LWS_PLURAL)
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +45,11 @@ def describe_error(exc: BaseException) -> str:
     if "Timeout" in name or "Connect" in name or "Network" in name or "Protocol" in name:
         return f"the API server did not answer ({name}: {exc})"
     return f"{name}: {exc}"
+
+
+def not_found(exc: BaseException) -> bool:
+    """The apiserver answered 404: for an apply, the resource type is not served (its CRD is not installed)."""
+    return isinstance(exc, ApiError) and exc.status is not None and exc.status.code == 404
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +86,18 @@ class Kube:
         self.writes += 1
         async with self._slots:
             await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete a workload we own (the Deployment or LeaderWorkerSet left after a switch of child kind); its pods go
+        with it (background cascade). Already gone is fine."""
+        res: Any = {"Deployment": Deployment, "LeaderWorkerSet": LWSResource}[kind]
+        self.writes += 1
+        async with self._slots:
+            try:
+                await self.client.delete(res, name, namespace=namespace, cascade=CascadeType.BACKGROUND)
+            except ApiError as exc:
+                if exc.status is None or exc.status.code != 404:
+                    raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""

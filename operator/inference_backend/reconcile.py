@@ -25,11 +25,11 @@ from inference_backend.api.common import GROUP
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
-from inference_backend.kube import Kube, describe_error, owned
+from inference_backend.kube import LWS_CRD, LWS_GROUP, LWS_VERSION, Kube, describe_error, not_found, owned
 from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
-from inference_backend.render import render
+from inference_backend.render import lws_name, render
 from inference_backend.selection import Current, Decision, InvalidSpec, select
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
@@ -54,20 +54,34 @@ class Child:
 
     applied_hash: str | None
     body: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+    """The InferenceBackend owning it (its controller ownerReference); a LeaderWorkerSet is named <backend>-lws."""
 
     @cached_property
     def gpus(self) -> tuple[Pool, int] | None:
-        """(GPU pool, devices over all replicas) a Deployment requests; None when it requests none."""
+        """(GPU pool, devices over all replicas) a Deployment or LeaderWorkerSet requests (a LeaderWorkerSet's
+        replicas x its group size pods, each requesting the GPUs of one node); None when it requests none."""
         spec = self.body.get("spec") or {}
         pod = (spec.get("template") or {}).get("spec") or {}
-        return pod_pool(pod, int(spec.get("replicas", 1) or 0))
+        return pod_pool(pod, int(spec.get("replicas", 1) or 0) * int(spec.get("size", 1) or 1))
+
+
+WORKLOADS = ("Deployment", "LeaderWorkerSet")
+"""The kinds that run an InferenceBackend's pods: a Deployment on one node, a LeaderWorkerSet across nodes."""
 
 
 def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str, Any]:
-    """What the indexes keep of a child: for a Deployment, the replicas, the GPU request and the readiness fields
-    (Child.gpus, status.Observed); nothing for the others. Pod templates stay out of the operator's memory."""
-    if kind != "Deployment":
+    """What the indexes keep of a child: for a Deployment or LeaderWorkerSet, the replicas (and group size), the GPU
+    request and the readiness fields (Child.gpus, status.Observed); nothing for the others. Pod templates stay out
+    of the operator's memory. A LeaderWorkerSet is kept in a Deployment's shape: its leader template (the workers
+    request the same per pod) and its size."""
+    if kind not in WORKLOADS:
         return {}
+    size = 1
+    if kind == "LeaderWorkerSet":
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        size = int(lwt.get("size") or 1)
+        spec = {"replicas": spec.get("replicas", 1), "template": lwt.get("leaderTemplate") or {}}
     pod = (spec.get("template") or {}).get("spec") or {}
     selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in SELECTOR_KEYS}
     limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
@@ -75,16 +89,20 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     template = {"spec": {"nodeSelector": selector, "containers": containers}}
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
     status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions}
-    return {"spec": {"replicas": spec.get("replicas", 1), "template": template}, "status": status}
+    out_spec = {"replicas": spec.get("replicas", 1), "template": template}
+    if kind == "LeaderWorkerSet":
+        out_spec["size"] = size
+    return {"spec": out_spec, "status": status}
 
 
 def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a child's event can change in its owner's reconcile: for a Deployment, the rolled-up readiness."""
-    if body.get("kind") != "Deployment":
+    """What a child's event can change in its owner's reconcile: for a workload, the rolled-up readiness."""
+    kind = str(body.get("kind"))
+    if kind not in WORKLOADS:
         return ()
-    slim = slim_child("Deployment", dict(body.get("spec") or {}), dict(body.get("status") or {}))
+    slim = slim_child(kind, dict(body.get("spec") or {}), dict(body.get("status") or {}))
     observed = status.Observed.from_deployment(slim)
-    return (observed, slim["spec"]["template"])
+    return (observed, slim["spec"]["template"], slim["spec"].get("size"))
 
 
 @dataclass
@@ -125,7 +143,9 @@ class World:
             return self.ledger.excluding(exclude)
         used: dict[Pool, int] = {}
         for (namespace, name, kind), child in self.children.items():
-            if kind != "Deployment" or (namespace, name) == exclude or child.gpus is None:
+            if kind not in WORKLOADS or child.gpus is None:
+                continue
+            if (namespace, child.owner or name) == exclude:
                 continue
             pool, gpus = child.gpus
             used[pool] = used.get(pool, 0) + gpus
@@ -272,6 +292,9 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
         for manifest in render(ib, decision):
             if manifest["kind"] == "Deployment":
                 spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
+            elif manifest["kind"] == "LeaderWorkerSet":
+                leader = manifest["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+                spec_hash = leader["metadata"]["annotations"].get(SPEC_HASH)
             manifests.append((manifest, content_hash(manifest)))
     plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None)
     if world.version is not None:
@@ -279,12 +302,37 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
     return plan
 
 
+CRD_RECHECK = 60.0
+"""Seconds before a plan that needs a CRD the cluster lacks is tried again (one apply a minute, not a hot loop; kopf
+also starts watching LeaderWorkerSets as soon as their CRD is installed)."""
+
+
+def _workload_kind(plan: Plan) -> str | None:
+    return next((m["kind"] for m, _ in plan.manifests if m["kind"] in WORKLOADS), None)
+
+
+def _available(child: Child | None) -> bool:
+    observed = status.Observed.from_deployment(child.body) if child is not None else None
+    return observed is not None and observed.available and (observed.ready_replicas > 0 or observed.replicas == 0)
+
+
+def _missing_crd(decision: Decision) -> str:
+    nodes = decision.placement.pipeline_parallel if decision.placement is not None else 0
+    return (f"the plan runs one replica across {nodes} nodes as a LeaderWorkerSet, and this cluster does not serve "
+            f"its CRD ({LWS_CRD}, {LWS_GROUP}/{LWS_VERSION}): install LeaderWorkerSet (sigs.k8s.io/lws v0.7.0); "
+            f"nothing else is applied meanwhile, checked again every {CRD_RECHECK:.0f} s")  # fmt: skip
+
+
 async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: Recent, trigger: str) -> Outcome:
     meta = body["metadata"]
     namespace, name, generation = meta["namespace"], meta["name"], int(meta.get("generation") or 1)
     previous = recent.previous_status((namespace, name), _user_status(body))
-    deployment = world.children.get((namespace, name, "Deployment"))
-    stuck, recheck = _unschedulable(world, (namespace, name), previous, generation, deployment is not None)
+    workloads = {
+        "Deployment": world.children.get((namespace, name, "Deployment")),
+        "LeaderWorkerSet": world.children.get((namespace, lws_name(name), "LeaderWorkerSet")),
+    }
+    serving_any = any(c is not None for c in workloads.values())
+    stuck, recheck = _unschedulable(world, (namespace, name), previous, generation, serving_any)
     try:
         plan = _plan(body, world, previous, recent, stuck)
     except Exception as exc:  # a bug or a fact nobody foresaw: this backend fails alone, visibly
@@ -293,13 +341,23 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     decision, error = plan.decision, plan.error
     if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
-    waiting, freed = _reserve(plan, world, (namespace, name), serving=deployment is not None)
+    waiting, freed = _reserve(plan, world, (namespace, name), serving=serving_any)
+    # The workload the plan wants, and the one of the other kind (a switch between one node and several): the old
+    # one keeps serving, with the Service as it was, until the new one is available; then it is deleted.
+    kind = _workload_kind(plan)
+    other = next((k for k in WORKLOADS if k != kind), None) if kind is not None else None
+    old = workloads[other] if other is not None else None
+    new = workloads[kind] if kind is not None else None
+    switching = old is not None and not _available(new)
     applied = 0
+    missing: str | None = None
     if decision is not None and decision.satisfiable and waiting is None:
         metrics.DECISIONS.labels(decision.backend).inc()
         for manifest, wanted_hash in plan.manifests:
-            kind, child_name = manifest["kind"], manifest["metadata"]["name"]
-            key = (namespace, child_name, kind)
+            kind_, child_name = manifest["kind"], manifest["metadata"]["name"]
+            if switching and kind_ not in WORKLOADS:
+                continue  # the Service (and PDB) keep selecting what serves until the new workload is available
+            key = (namespace, child_name, kind_)
             child = world.children.get(key)
             if (child is not None and child.applied_hash == wanted_hash) or recent.applied_lately(key, wanted_hash):
                 continue
@@ -308,36 +366,59 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             try:
                 await kube.apply(owned(manifest, dict(body)))
             except Exception as exc:
-                raise ReconcileFailure("ApplyFailed", f"applying {kind} {child_name}: {describe_error(exc)}") from exc
+                if kind_ == "LeaderWorkerSet" and not_found(exc):
+                    missing = _missing_crd(decision)
+                    break
+                raise ReconcileFailure("ApplyFailed", f"applying {kind_} {child_name}: {describe_error(exc)}") from exc
             recent.applied[key] = (wanted_hash, time.monotonic())
-            metrics.API_WRITES.labels(kind).inc()
+            metrics.API_WRITES.labels(kind_).inc()
             applied += 1
+        if old is not None and other is not None and not switching and missing is None:
+            old_name = name if other == "Deployment" else lws_name(name)
+            try:
+                await kube.delete(other, namespace, old_name)
+            except Exception as exc:
+                raise ReconcileFailure("DeleteFailed", f"deleting {other} {old_name}: {describe_error(exc)}") from exc
+            metrics.API_WRITES.labels(other).inc()
     elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
-    observed = status.Observed.from_deployment(deployment.body if deployment else None)
-    if observed is None and decision is not None and decision.satisfiable and waiting is None:
-        # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
+    serving = new if new is not None else next((c for c in workloads.values() if c is not None), None)
+    switch_note = None
+    if switching and missing is None and old is not None and kind is not None and other is not None:
+        serving = old  # what the Service routes to until the new workload is available
+        progress = status.Observed.from_deployment(new.body) if new is not None else None
+        ready = f"{progress.ready_replicas}/{progress.replicas} ready" if progress is not None else "being created"
+        switch_note = (f"switching from a {other} to a {kind} ({ready}): the {other} keeps serving until the {kind} "
+                       "is available, then it is deleted")  # fmt: skip
+    elif missing is not None:
+        serving = old
+    observed = status.Observed.from_deployment(serving.body if serving else None)
+    if observed is None and decision is not None and decision.satisfiable and waiting is None and missing is None:
+        # Just applied; the watch has not brought the workload back yet. It starts with none ready.
         observed = status.Observed(replicas=plan.replicas, ready_replicas=0, available=False)
-    pod_problem = worst(world.pods.get((namespace, name), ())) if deployment is not None else None
-    new = status.compute(
+    pod_problem = worst(world.pods.get((namespace, name), ())) if serving_any else None
+    new_status = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
         waiting=waiting.message(plan.replicas, _per_replica(decision)) if waiting else None, pod_problem=pod_problem,
+        missing=missing, switching=switch_note,
     )  # fmt: skip
     written = False
-    if status.changed(previous, new):
+    if status.changed(previous, new_status):
         if log.isEnabledFor(logging.DEBUG):
-            diff = sorted(k for k in set(previous) | set(new) if previous.get(k) != new.get(k))
+            diff = sorted(k for k in set(previous) | set(new_status) if previous.get(k) != new_status.get(k))
             log.debug("status of %s/%s changes (%s): %s", namespace, name, trigger, diff)
-        patch = {**{k: None for k in previous if k not in new}, **new}
+        patch = {**{k: None for k in previous if k not in new_status}, **new_status}
         try:
             await kube.patch_status(namespace, name, patch)
         except Exception as exc:
             raise ReconcileFailure("StatusWriteFailed", f"writing the status: {describe_error(exc)}") from exc
-        recent.statuses[(namespace, name)] = new
+        recent.statuses[(namespace, name)] = new_status
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
-    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem, recheck)
+    if missing is not None:
+        recheck = CRD_RECHECK if recheck is None else min(recheck, CRD_RECHECK)
+    return Outcome(decision, error, applied, written, new_status, waiting, freed, pod_problem, recheck)
 
 
 def _unschedulable(world: World, owner: tuple[str, str], previous: Mapping[str, Any], generation: int,

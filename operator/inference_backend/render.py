@@ -20,7 +20,7 @@ from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer, card
 from inference_backend.facts import pod_selector, tolerates
-from inference_backend.names import endpoint, label_value, service_name
+from inference_backend.names import dns1035_label, endpoint, label_value, service_name
 from inference_backend.quantity import GIB
 
 Json = dict[str, Any]
@@ -30,6 +30,10 @@ BACKEND_LABEL = f"{GROUP}/backend"
 MANAGED_BY = "inference-backend-operator"
 PART_OF = "inference-backend"
 COMPONENT = "inference-server"
+WORKER_COMPONENT = "inference-worker"
+"""The component label of a LeaderWorkerSet's worker pods: they serve no API, so no Service selecting
+``COMPONENT`` (ours, or the one kept serving while a Deployment is replaced by a LeaderWorkerSet) ever sends them
+requests."""
 TERMINATION_GRACE_SECONDS = 60
 """Time for in-flight generations to finish after SIGTERM (the engines stop admitting and drain)."""
 
@@ -48,7 +52,8 @@ def object_names(ib: InferenceBackend) -> dict[str, str]:
     PodDisruptionBudget take the InferenceBackend's name (a subdomain of at most names.MAX_NAME characters, which
     the CRD enforces), the Service a DNS-1035 label derived from it (names.service_name)."""
     name = ib.metadata.name
-    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name}
+    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name,
+            "LeaderWorkerSet": lws_name(name)}  # fmt: skip
 
 
 def service_endpoint(ib: InferenceBackend) -> str:
@@ -229,6 +234,8 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
                 "ephemeral-storage": weights if held else SMALL_DISK,
             }
     template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
+    if decision.placement.multi_node:
+        return _multi_node(ib, decision, c, template)
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
 
@@ -243,6 +250,16 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     names = object_names(ib)
     meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
     deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
+    objects: list[Json] = [deployment, *_service_and_pdb(ib, c, lbl, selector_labels(ib))]
+    return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
+
+
+def _service_and_pdb(ib: InferenceBackend, c: EngineContainer, lbl: dict[str, str],
+                     serving: dict[str, str]) -> list[Json]:  # fmt: skip
+    """The Service over the pods that serve the API (``serving``: every replica's pod, or only the leaders of a
+    LeaderWorkerSet), and a PodDisruptionBudget over the replicas when there are several."""
+    names = object_names(ib)
+    namespace = ib.metadata.namespace or "default"
     svc_ports: list[Json] = [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
     if c.metrics_port != 8000:
         svc_ports.append({"name": "metrics", "port": c.metrics_port, "targetPort": "metrics", "protocol": "TCP"})
@@ -250,21 +267,113 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": names["Service"], "namespace": namespace, "labels": dict(lbl)},
-        "spec": {"type": "ClusterIP", "selector": selector_labels(ib), "ports": svc_ports},
+        "spec": {"type": "ClusterIP", "selector": serving, "ports": svc_ports},
     }
-    objects: list[Json] = [deployment, service]
-    if spec.replicas > 1:
+    objects = [service]
+    if ib.spec.replicas > 1:
         objects.append({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": names["PodDisruptionBudget"], "namespace": namespace, "labels": dict(lbl)},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(ib)}},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving}},
         })  # fmt: skip
+    return objects
+
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_LABEL = "leaderworkerset.sigs.k8s.io"
+WORKER_INDEX_LABEL = f"{LWS_LABEL}/worker-index"
+"""Set on every pod of a LeaderWorkerSet by its controller (sigs.k8s.io/lws v0.7.0,
+api/leaderworkerset/v1/leaderworkerset_types.go WorkerIndexLabelKey); "0" on the leader."""
+GROUP_KEY_LABEL = f"{LWS_LABEL}/group-key"
+"""The unique hash of a group, set on its leader by LWS's pod webhook and copied to its workers
+(GroupUniqueHashLabelKey, pkg/webhooks/pod_webhook.go)."""
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def _spread(template: Json, ib: InferenceBackend) -> None:
+    """The pods of one group on distinct nodes: a required pod anti-affinity on kubernetes.io/hostname against this
+    backend's pods with the same group key (``matchLabelKeys``: the apiserver adds the pod's own group-key value to
+    the selector when the pod is created, after LWS's webhook has set it).
+
+    Not LWS's ``leaderworkerset.sigs.k8s.io/exclusive-topology`` annotation: it puts every pod of a group IN one
+    topology domain and keeps other groups out of it (pkg/webhooks/pod_webhook.go SetExclusiveAffinities: a pod
+    affinity on the group key plus an anti-affinity against other groups), so with kubernetes.io/hostname it would
+    try to put a whole group on one node, the opposite of what a replica larger than a node needs."""
+    term = {
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": label_value(ib.metadata.name),
+                                          "app.kubernetes.io/managed-by": MANAGED_BY}},
+        "matchLabelKeys": [GROUP_KEY_LABEL],
+        "topologyKey": HOSTNAME,
+    }  # fmt: skip
+    affinity = template["spec"].setdefault("affinity", {})
+    affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+
+
+def _group_hash(leader: Json, worker: Json) -> str:
+    """The spec hash of a LeaderWorkerSet: over both pod templates (without the hash annotation)."""
+    return spec_hash({"spec": {"leaderTemplate": leader, "workerTemplate": worker}})
+
+
+def lws_name(name: str) -> str:
+    """The LeaderWorkerSet of the InferenceBackend ``name``: not the Service's name, because the LWS controller
+    creates a headless Service named after the LeaderWorkerSet (the leader's DNS name, LWS_LEADER_ADDRESS) and would
+    take ours if the names met; a DNS-1035 label of at most 40 characters, so the StatefulSet pods
+    (<lws>-<group>-<worker>) and their controller-revision-hash labels stay within 63."""
+    return dns1035_label(f"{name}-lws", 40)
+
+
+def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, template: Json) -> Rendered:
+    """A replica over several nodes: one LeaderWorkerSet group per replica, of ``nodes`` pods (a leader, which serves
+    the API, and nodes - 1 workers), each on its own node with the node's GPUs; the Service selects the leaders."""
+    assert decision.placement is not None and decision.backend is not None
+    if c.worker_args is None:
+        raise ValueError(f"{decision.backend} has no multi-node launch, yet the placement spans nodes")
+    nodes = decision.placement.pipeline_parallel
+    lbl = labels(ib, decision.backend)
+    leader = json.loads(json.dumps(template))
+    _spread(leader, ib)
+    worker = json.loads(json.dumps(leader))
+    main = _hardened(c.worker_k8s(), None)
+    main["resources"] = json.loads(json.dumps(leader["spec"]["containers"][0]["resources"]))  # the same per pod
+    worker["spec"]["containers"] = [main]
+    # only the leader serves HTTP metrics (vLLM's headless workers serve nothing; SGLang's a health check)
+    worker["metadata"]["annotations"] = {}
+    worker["metadata"]["labels"]["app.kubernetes.io/component"] = WORKER_COMPONENT
+    digest = _group_hash(leader, worker)
+    for tpl in (leader, worker):
+        tpl["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
+    namespace = ib.metadata.namespace or "default"
+    lws: Json = {
+        "apiVersion": LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": lws_name(ib.metadata.name), "namespace": namespace, "labels": dict(lbl)},
+        "spec": {
+            "replicas": ib.spec.replicas,
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                # a failed pod of a group restarts the whole group: the ranks of one torch.distributed group cannot
+                # rejoin it one by one (vLLM and SGLang both exit when a peer is lost)
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+            # LeaderCreated: the workers start with the leader, not after it is Ready; the leader becomes Ready only
+            # once every rank has joined its distributed group, so LeaderReady would wait forever.
+            "startupPolicy": "LeaderCreated",
+            # no spare GPU nodes to surge into: replace one group at a time, as the Deployments do
+            "rolloutStrategy": {"type": "RollingUpdate",
+                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+        },
+    }  # fmt: skip
+    serving = {**selector_labels(ib), WORKER_INDEX_LABEL: "0"}
+    objects = [lws, *_service_and_pdb(ib, c, lbl, serving)]
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 
 def render(ib: InferenceBackend, decision: Decision) -> list[Json]:
-    """The Deployment, Service (and PodDisruptionBudget when replicas > 1) of one InferenceBackend."""
+    """The Deployment (a LeaderWorkerSet when one replica spans nodes), Service (and PodDisruptionBudget when
+    replicas > 1) of one InferenceBackend."""
     return list(render_result(ib, decision).objects)
 
 

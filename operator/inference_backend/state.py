@@ -61,6 +61,8 @@ class Indexes:
     backends: Mapping[Key, Any]
     pods: Mapping[Key, Any] = field(default_factory=dict)
     """(namespace, InferenceBackend) -> the slim summaries of its pods (inference_backend.pods)."""
+    lws: Mapping[Any, Any] = field(default_factory=dict)
+    """The LeaderWorkerSets of multi-node backends (empty, and unwatched, on a cluster without the LWS CRD)."""
 
 
 class Children(Mapping[tuple[str, str, str], Child]):
@@ -174,15 +176,20 @@ class OperatorState:
             self.wake_waiting()
 
     def seed_reservations(self) -> None:
-        """Rebuild the GPU reservations from the Deployments the operator applied (this one, or the one before
-        it): their pod templates name the pool and the devices, so a restart never promises GPUs in use. A backend
-        waiting for capacity has no Deployment, so it holds nothing and waits again."""
-        for (namespace, name, _), children in list(self.indexes.deployments.items()):
-            for child in children:
-                gpus = cast(Child, child).gpus
-                if gpus is not None:
-                    self.gpus.set((namespace, name), gpus)
-                break
+        """Rebuild the GPU reservations from the Deployments and LeaderWorkerSets the operator applied (this one, or
+        the one before it): their pod templates name the pool and the devices per pod (a LeaderWorkerSet: replicas x
+        group size pods, nodes x GPUs per node per replica), so a restart never promises GPUs in use. A backend
+        waiting for capacity has no workload, so it holds nothing and waits again. A backend caught mid-switch of
+        child kind holds the larger of the two."""
+        for index in (self.indexes.deployments, self.indexes.lws):
+            for (namespace, name, _), children in list(index.items()):
+                for child in children:
+                    c = cast(Child, child)
+                    key = (namespace, c.owner or name)
+                    held = self.gpus.held(key)
+                    if c.gpus is not None and (held is None or c.gpus[1] > held[1]):
+                        self.gpus.set(key, c.gpus)
+                    break
 
     def child_event(self, body: Mapping[str, Any], deleted: bool) -> Key | None:
         """The owner to reconcile for an event of a child we own, or None when the event changes neither the
@@ -221,7 +228,7 @@ class OperatorState:
     def world(self) -> World:
         grouped = self.nodes.grouped()
         ix = self.indexes
-        children = Children(ix.deployments, ix.services, ix.pdbs)
+        children = Children(ix.deployments, ix.lws, ix.services, ix.pdbs)
         version = (self.nodes.version, self.models_version)
         return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods,
                      unschedulable_grace=self.unschedulable_grace)  # fmt: skip

@@ -70,6 +70,8 @@ def compute(
     spec_hash: str | None = None,
     waiting: str | None = None,
     pod_problem: PodProblem | None = None,
+    missing: str | None = None,
+    switching: str | None = None,
 ) -> dict[str, Any]:
     """The new status.
 
@@ -79,6 +81,10 @@ def compute(
     yet (its GPUs are reserved by other InferenceBackends): phase Pending, or Degraded while the previous
     Deployment serves. ``pod_problem`` is the worst problem of the backend's pods (inference_backend.pods.worst):
     while the backend is not Ready it becomes the Ready condition's reason, and its message is appended.
+    ``missing`` says the plan needs an API the cluster does not serve (the LeaderWorkerSet CRD): nothing new is
+    applied, phase Pending (Degraded while the previous child serves), the Ready condition's reason CRDMissing.
+    ``switching`` says the workload changes kind (Deployment <-> LeaderWorkerSet): ``observed`` is then the old
+    child, which keeps serving until the new one is available; phase Deploying, reason SwitchingWorkload.
     """
     conditions: list[dict[str, Any]] = []
     status: dict[str, Any] = {"observedGeneration": generation}
@@ -105,7 +111,7 @@ def compute(
         conditions.append(_condition("Fits", False, "DoesNotFit", _rejections(decision) or why))
         conditions.append(_condition("SpeculativeDecoding", None, "NoEngine", "no engine selected"))
 
-    if satisfiable and decision is not None and waiting is not None:
+    if satisfiable and decision is not None and (waiting is not None or missing is not None):
         status["decision"] = decision.to_status().wire()
         if serving and serving.get("backend"):
             status.update({k: v for k, v in serving.items() if k in ("backend", "specHash", "endpoint")})
@@ -136,6 +142,12 @@ def compute(
         if serving_now:
             waiting += "; the previous Deployment keeps serving"
         conditions.append(_condition("Ready", serving_now, "InsufficientCapacity", waiting))
+    elif missing is not None:
+        phase = "Degraded" if serving_now else "Pending"
+        conditions.append(_condition("Ready", serving_now, "CRDMissing", missing))
+    elif switching is not None:
+        phase = "Deploying"
+        conditions.append(_condition("Ready", serving_now, "SwitchingWorkload", switching))
     elif observed is None:
         phase = "Deploying"
         conditions.append(_condition("Ready", False, "Deploying", "the Deployment is being created"))

@@ -6,6 +6,7 @@ outputs, tests/data/output/*.yaml), so a renderer change is what the engines see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,12 +56,41 @@ def render_case(
     return Rendered(s, decision, ENGINES[decision.backend](decision, s, name))
 
 
+_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def expand(args: list[str], env: Mapping[str, str]) -> list[str]:
+    """``$(VAR)`` references expanded from ``env`` as the kubelet expands a container's args (an unknown reference
+    stays as written; ``$$`` escapes are not used by the renderer)."""
+    return [_VAR.sub(lambda m: env.get(m.group(1), m.group(0)), a) for a in args]
+
+
+def lws_env(lws: Mapping[str, Any], worker_index: int, group: int = 0) -> dict[str, str]:
+    """The variables LWS v0.7.0 sets on every container of a group (pkg/utils/pod/pod_utils.go AddLWSVariables):
+    the leader's DNS name <lws>-<group>.<lws>.<namespace>, the group size and the pod's index in the group."""
+    name, namespace = lws["metadata"]["name"], lws["metadata"].get("namespace", "default")
+    size = lws["spec"]["leaderWorkerTemplate"]["size"]
+    return {"LWS_LEADER_ADDRESS": f"{name}-{group}.{name}.{namespace}", "LWS_GROUP_SIZE": str(size),
+            "LWS_WORKER_INDEX": str(worker_index)}  # fmt: skip
+
+
 def golden_containers() -> list[tuple[str, str, dict[str, Any]]]:
-    """(output file stem, engine, container dict) of every engine container in tests/data/output/*.yaml."""
+    """(output file stem, engine, container dict) of every engine container in tests/data/output/*.yaml. A
+    LeaderWorkerSet gives two, "<stem>:leader" and "<stem>:worker" (its last worker), their args expanded with the
+    LWS variables as the kubelet would."""
     out: list[tuple[str, str, dict[str, Any]]] = []
     for path in sorted(GOLDEN_OUTPUTS.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if not isinstance(doc, dict) or doc.get("kind") not in ("Deployment", "LeaderWorkerSet", "StatefulSet"):
+            if not isinstance(doc, dict) or doc.get("kind") not in ("Deployment", "LeaderWorkerSet"):
+                continue
+            if doc["kind"] == "LeaderWorkerSet":
+                tpl = doc["spec"]["leaderWorkerTemplate"]
+                roles = [("leader", tpl["leaderTemplate"], 0), ("worker", tpl["workerTemplate"], tpl["size"] - 1)]
+                for role, pod, index in roles:
+                    for c in pod["spec"]["containers"]:
+                        if c["name"] in ENGINES:
+                            args = expand([str(a) for a in c["args"]], lws_env(doc, index))
+                            out.append((f"{path.stem}:{role}", c["name"], {**c, "args": args}))
                 continue
             pod = doc["spec"]["template"]["spec"]
             for c in pod["containers"]:

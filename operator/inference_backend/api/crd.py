@@ -171,6 +171,13 @@ def inference_backend_crd(rules: list[dict[str, str]], engines: str, backend: st
         _column("Age", ".metadata.creationTimestamp", "date"),
         _column("GPU", ".status.decision.placement.gpuProduct", priority=1, description="GPU product"),
         _column("TP", ".status.decision.placement.tensorParallelSize", "integer", 1, "Tensor-parallel size"),
+        _column(
+            "Nodes",
+            ".status.decision.placement.nodes",
+            "integer",
+            1,
+            "Nodes per replica (more than 1: a LeaderWorkerSet, pipeline parallel across the nodes)",
+        ),
     ]
     return _crd(
         "InferenceBackend", "inferencebackends", "ib", spec, status, columns,

@@ -242,17 +242,17 @@ class Placement(ApiModel):
     gpu_product: str | None = Field(default=None, max_length=253)
     """nvidia.com/gpu.product of the chosen nodes."""
     gpus_per_replica: Int = Field(default=0, ge=0, le=INT64_MAX)
-    """GPUs per replica (0 on CPU)."""
+    """GPUs per replica over all its nodes (nodes x gpusPerNode; 0 on CPU)."""
     tensor_parallel_size: Int = Field(default=0, ge=0, le=INT64_MAX)
-    """Tensor-parallel degree (equals gpusPerReplica; 0 on CPU)."""
+    """Tensor-parallel degree (gpusPerReplica / pipelineParallelSize: the GPUs on each node; 0 on CPU)."""
     gpu_resource: str | None = Field(default=None, max_length=317)
     """Extended resource requested: nvidia.com/gpu, or nvidia.com/mig-<profile> for MIG slices."""
     node_selector: dict[str, str] | None = None
     """The node label identifying the GPU that the pods select (GFD's product, GKE's accelerator, Karpenter's GPU
     name, AMD's product name or the instance type): with gpuResource, the pool whose capacity is counted."""
     nodes: int | None = None
-    """Nodes one replica spans (1 for a single-node placement; more when the model is larger than any one node,
-    which is reported, not yet rendered)."""
+    """Nodes one replica spans (1 for a single-node placement; more when the model is larger than any one node: one
+    LeaderWorkerSet group of that size per replica, a leader pod and nodes - 1 worker pods)."""
     gpus_per_node: int | None = None
     """GPUs of one replica on each of its nodes."""
     pipeline_parallel_size: int | None = None

@@ -20,6 +20,12 @@ HOST = "0.0.0.0"
 MODEL_CACHE_DIR = "/model-cache"
 """emptyDir where engines that download weights themselves (hf://) keep them."""
 GIB = 2**30
+# LeaderWorkerSet (sigs.k8s.io/lws v0.7.0, api/leaderworkerset/v1/leaderworkerset_types.go; set on every container
+# by pkg/utils/pod/pod_utils.go AddLWSVariables): the leader pod's DNS name (<lws>-<group>.<lws>.<namespace>, through
+# the headless Service the controller creates), the group size and this pod's index in the group (0: the leader).
+# Written as $(VAR) references, which the kubelet expands in args from the container's environment.
+LWS_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+LWS_WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 
 Json = dict[str, Any]
 
@@ -78,6 +84,11 @@ class ArgBuilder:
         self.flags: list[Flag] = []
         self.positional: list[str] = []
 
+    def copy(self) -> ArgBuilder:
+        out = ArgBuilder()
+        out.flags, out.positional = list(self.flags), list(self.positional)
+        return out
+
     def add(self, name: str, *values: object, source: str) -> None:
         self.flags.append(Flag(name, tuple(_str(v) for v in values), source))
 
@@ -121,6 +132,23 @@ class EngineContainer:
     unsupported: tuple[str, ...] = ()
     """Renderer-level notes: what this engine cannot do of the spec, and what is done instead."""
     flags: tuple[Flag, ...] = field(default=(), compare=False)
+    worker_args: tuple[str, ...] | None = None
+    """A multi-node placement: the args of the worker pods (LeaderWorkerSet worker template; ``args`` are the
+    leader's); None on one node."""
+    worker_serves_health: bool = False
+    """The worker pods answer the health endpoint too (SGLang's non-zero ranks run a health server; vLLM's headless
+    workers serve no HTTP): probes on the workers only then."""
+
+    def worker_k8s(self) -> Json:
+        """The worker container of a multi-node placement: the leader's, with the worker args (and no probes when
+        the workers serve no HTTP)."""
+        if self.worker_args is None:
+            raise ValueError(f"{self.engine}: not a multi-node container")
+        c = {**self.to_k8s(), "args": list(self.worker_args)}
+        if not self.worker_serves_health:
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                c.pop(probe, None)
+        return c
 
     def to_k8s(self) -> Json:
         c: Json = {
@@ -155,8 +183,9 @@ def placement(decision: Decision) -> Placement:
 
 
 def gpus(decision: Decision) -> int:
+    """GPUs of one pod: the tensor-parallel width (a multi-node replica runs one pod of this width per node)."""
     p = placement(decision)
-    return p.gpus_per_replica if p.gpu is not None else 0
+    return p.gpus_per_node if p.gpu is not None else 0
 
 
 def device_image(decision: Decision, devices: Mapping[Any, str], cpu_image: str | None = None) -> str:
@@ -192,10 +221,10 @@ def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
     """Requests/limits from the decision's host request (selection/planning.py: sized to fit the chosen nodes'
     allocatable); ``spec.resources`` overrides key by key.
 
-    GPU: the GPU resource (nvidia.com/gpu, the MIG profile, amd.com/gpu, habana.ai/gaudi) = GPUs per replica in
-    requests and limits; host CPU and memory as planned. CPU: the planned memory (weights + overhead + the KV the
-    engine allocates + 1 GiB headroom) and cores. Memory limit = request (no overcommit of the one resource that
-    OOM-kills); no CPU limit (throttling only slows decoding).
+    GPU: the GPU resource (nvidia.com/gpu, the MIG profile, amd.com/gpu, habana.ai/gaudi) = GPUs per pod (per
+    node of a multi-node replica) in requests and limits; host CPU and memory as planned. CPU: the planned memory
+    (weights + overhead + the KV the engine allocates + 1 GiB headroom) and cores. Memory limit = request (no
+    overcommit of the one resource that OOM-kills); no CPU limit (throttling only slows decoding).
     """
     p = placement(decision)
     host = decision.host
@@ -205,8 +234,8 @@ def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
     requests: dict[str, int | str] = {"cpu": cpu, "memory": memory}
     limits: dict[str, int | str] = {"memory": memory}
     if p.gpu is not None:
-        requests[p.gpu.resource] = p.gpus_per_replica
-        limits[p.gpu.resource] = p.gpus_per_replica
+        requests[p.gpu.resource] = p.gpus_per_node
+        limits[p.gpu.resource] = p.gpus_per_node
     if spec.resources is not None:
         requests.update(spec.resources.requests)
         limits.update(spec.resources.limits)
@@ -333,9 +362,13 @@ def assemble(
     init: tuple[Json, ...] = (),
     endpoints: Endpoints,
     reserved_env: Mapping[str, str] | None = None,
+    worker: ArgBuilder | None = None,
+    worker_serves_health: bool = False,
 ) -> EngineContainer:
     """The container every engine shares the shape of: ``spec.engine`` overrides applied last (and checked),
-    probes on the card's health endpoint and metrics at its metrics path, resources from the decision."""
+    probes on the card's health endpoint and metrics at its metrics path, resources from the decision.
+    ``worker``: the worker pods' args of a multi-node placement (the overrides apply to them too)."""
+    worker_argv = apply_overrides(spec, image, worker, env, aliases, reserved_env)[1] if worker is not None else None
     image, argv, env = apply_overrides(spec, image, args, env, aliases, reserved_env)
     startup, ready, live = health_probes(endpoints.health, endpoints.port)
     return EngineContainer(
@@ -358,4 +391,6 @@ def assemble(
         metrics_path=endpoints.metrics,
         unsupported=tuple(notes),
         flags=tuple(args.flags),
+        worker_args=worker_argv,
+        worker_serves_health=worker_serves_health,
     )

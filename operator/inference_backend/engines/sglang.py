@@ -17,6 +17,8 @@ from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
+    LWS_LEADER_ADDRESS,
+    LWS_WORKER_INDEX,
     MODEL_CACHE_DIR,
     ArgBuilder,
     Endpoints,
@@ -42,6 +44,8 @@ ALIASES = {
     "--tensor-parallel-size": "--tp-size",  # fields/parallel.py tp_size aliases=["--tensor-parallel-size"]
     "--speculative-draft-model": "--speculative-draft-model-path",  # fields/spec.py
     "--enable-hicache": "--enable-hierarchical-cache",  # fields/memory.py enable_hierarchical_cache
+    "--nccl-init-addr": "--dist-init-addr",  # fields/parallel.py dist_init_addr aliases=["--nccl-init-addr"]
+    "--pipeline-parallel-size": "--pp-size",  # fields/parallel.py pp_size
 }
 # fields/model.py quantization choices (arg_groups/choices.py QUANTIZATION_CHOICES) for the schemes we render.
 # AWQ/GPTQ checkpoints carry quantization_config and SGLang picks its (Marlin) kernel itself, as with vLLM.
@@ -94,6 +98,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         a.add("--chunked-prefill-size", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
     draft_art = _speculative(decision, model, a)
     a.add("--enable-metrics", source="the operator (Prometheus /metrics)")  # fields/observability.py
+    worker = _multi_node(a, placement(decision).pipeline_parallel)
 
     parts = cached_pod_parts(decision, art, draft_art)
     env = merge_named(
@@ -105,8 +110,34 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
         decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        volumes=parts.volumes, mounts=parts.mounts,
+        volumes=parts.volumes, mounts=parts.mounts, worker=worker, worker_serves_health=True,
     )  # fmt: skip
+
+
+DIST_INIT_PORT = 20000
+"""The port of the leader's torch.distributed rendezvous (``--dist-init-addr host:port``)."""
+
+
+def _multi_node(a: ArgBuilder, nodes: int) -> ArgBuilder | None:
+    """One replica over ``nodes`` nodes with SGLang 0.5.23's own multi-node launch: every pod runs the same
+    ``sglang.launch_server`` with ``--nnodes``, its ``--node-rank`` and the leader's ``--dist-init-addr``
+    (fields/parallel.py: nnodes, node_rank, dist_init_addr "The host address for initializing distributed backend
+    (e.g., `192.168.0.2:25000`)", pp_size). Tensor parallel inside each node and pipeline parallel across nodes
+    (--tp-size = the node's GPUs, --pp-size = nodes). Rank 0 (the leader) serves the API; the other ranks run
+    only their schedulers plus a health server on the same host and port (entrypoints/engine.py: "Non-zero-rank
+    nodes do not run tokenizer processes", launch_dummy_health_check_server: GET /health), so the workers are
+    probed too. None on one node."""
+    if nodes <= 1:
+        return None
+    src = "the decision's placement (nodes per replica)"
+    a.add("--pp-size", nodes, source=src)  # fields/parallel.py pp_size
+    a.add("--nnodes", nodes, source=src)  # fields/parallel.py nnodes
+    # fields/parallel.py dist_init_addr (alias --nccl-init-addr)
+    a.add("--dist-init-addr", f"{LWS_LEADER_ADDRESS}:{DIST_INIT_PORT}", source="the LeaderWorkerSet (leader address)")
+    worker = a.copy()
+    a.add("--node-rank", 0, source="the LeaderWorkerSet (leader)")  # fields/parallel.py node_rank
+    worker.add("--node-rank", LWS_WORKER_INDEX, source="the LeaderWorkerSet (worker index)")
+    return worker
 
 
 def _speculative(decision: Decision, target: ResolvedModel, a: ArgBuilder) -> artifacts.Artifact | None:
@@ -144,8 +175,8 @@ _PUBLISHED = (
 )
 # Continuous batching only (its scheduler admits requests every step); RadixAttention prefix cache; STANDALONE
 # (draft model) and NGRAM speculation; FP8 KV; HiCache offload to host memory; tensor parallel inside a node and
-# multi-node (--nnodes, --node-rank, --dist-init-addr in fields/parallel.py; not rendered yet). CUDA only in our
-# image (its CPU backend needs an Intel AMX build); kernels from compute 7.5 (T4).
+# multi-node (--nnodes, --node-rank, --dist-init-addr in fields/parallel.py; rendered as a LeaderWorkerSet). CUDA
+# only in our image (its CPU backend needs an Intel AMX build); kernels from compute 7.5 (T4).
 RUN_AS = (
     "lmsysorg/sglang sets no USER (runs as root, caches under /root/.cache: FlashInfer, Triton): left as "
     "the image runs it; the container still drops every capability"

@@ -17,6 +17,8 @@ from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
+    LWS_LEADER_ADDRESS,
+    LWS_WORKER_INDEX,
     MODEL_CACHE_DIR,
     ArgBuilder,
     Endpoints,
@@ -54,6 +56,9 @@ ALIASES = {
     "-sc": "--speculative-config",
     "--device-memory-utilization": "--gpu-memory-utilization",
     "--model": "--model",
+    "-pp": "--pipeline-parallel-size",
+    "-n": "--nnodes",
+    "-r": "--node-rank",
 }
 # CUDA block sizes (config/cache.py BlockSize = 1, 8, 16, 32, 64, 128, 256; "On CUDA devices, only block sizes
 # up to 32 are supported").
@@ -122,6 +127,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # VllmConfig.speculative_config (JSON; SpeculativeConfig keys method, model, num_speculative_tokens,
         # prompt_lookup_max, prompt_lookup_min)
         a.add("--speculative-config", spec_cfg, source="spec.speculativeDecoding")
+    worker = _multi_node(a, placement(decision).pipeline_parallel)
 
     parts = cached_pod_parts(decision, art, draft_art)
     env = merge_named(
@@ -136,8 +142,40 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES), command=COMMAND, args=a, env=env,
         aliases=ALIASES,
         decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        volumes=parts.volumes, mounts=parts.mounts,
+        volumes=parts.volumes, mounts=parts.mounts, worker=worker,
     )  # fmt: skip
+
+
+MASTER_PORT = 29501
+"""ParallelConfig.master_port's default (config/parallel.py), written out so leader and workers agree."""
+
+
+def _multi_node(a: ArgBuilder, nodes: int) -> ArgBuilder | None:
+    """One replica over ``nodes`` nodes with vLLM 0.33.0's own multi-node mode (no Ray): the leader pod runs
+    ``vllm serve`` as node rank 0 (the API server and the first pipeline stage), each worker pod the same command
+    with ``--headless`` and its rank. Cited against vllm 0.33.0: engine/arg_utils.py (EngineArgs.add_cli_args,
+    the ParallelConfig group: --pipeline-parallel-size/-pp, --distributed-executor-backend, --master-addr,
+    --master-port, --nnodes/-n, --node-rank/-r; create_engine_config checks that --nnodes divides the world size
+    tensor x pipeline and that 0 <= --node-rank < --nnodes) and config/parallel.py (distributed_executor_backend:
+    "To use "mp" you must also set nnodes"; master_addr/master_port/node_rank/nnodes "for multi-node distributed
+    inference when distributed_executor_backend is mp"); entrypoints/cli/serve.py (--headless: run_headless starts
+    only the MultiprocExecutor's workers when node_rank_within_dp > 0, joining the torch.distributed group at
+    master_addr:master_port). Tensor parallel stays inside each node (world size / nnodes = the node's GPUs), so the
+    pipeline stages are the nodes. The LeaderWorkerSet gives the leader's DNS name and each pod's index as env
+    (base.LWS_LEADER_ADDRESS, base.LWS_WORKER_INDEX). None on one node."""
+    if nodes <= 1:
+        return None
+    src = "the decision's placement (nodes per replica)"
+    a.add("--pipeline-parallel-size", nodes, source=src)
+    a.add("--distributed-executor-backend", "mp", source=src)
+    a.add("--nnodes", nodes, source=src)
+    a.add("--master-addr", LWS_LEADER_ADDRESS, source="the LeaderWorkerSet (leader address)")
+    a.add("--master-port", MASTER_PORT, source="the operator (torch.distributed port)")
+    worker = a.copy()
+    a.add("--node-rank", 0, source="the LeaderWorkerSet (leader)")
+    worker.add("--node-rank", LWS_WORKER_INDEX, source="the LeaderWorkerSet (worker index)")
+    worker.add("--headless", source="the LeaderWorkerSet (worker: no API server)")
+    return worker
 
 
 def _kv_dtype(decision: Decision, notes: list[str]) -> str | None:
@@ -179,7 +217,8 @@ _VLLM_BLOG = (
 # Continuous batching only (its scheduler admits requests every step, which subsumes dynamic batching); spec decode
 # with a draft model or n-gram lookup; compute capability >= 7.0. No bitsandbytes: 0.33.0's QUANTIZATION_METHODS has
 # none (its parser rejects `--quantization bitsandbytes`; docs/engine-flags/vllm-0.33.0.md and
-# tests/contracts/test_vllm_harness.py). Multi-node (Ray, --pipeline-parallel-size) exists in 0.33.0; not rendered yet.
+# tests/contracts/test_vllm_harness.py). Multi-node: its native mode (--nnodes/--node-rank/--headless, see
+# _multi_node), rendered as a LeaderWorkerSet.
 RUN_AS = (
     "vllm/vllm-openai runs as root (its docker/Dockerfile sets no USER) and writes its caches under /root"
     " (vLLM, Triton, torch.compile): left as the image runs it; the container still drops every "

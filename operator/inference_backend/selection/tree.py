@@ -38,8 +38,8 @@ from inference_backend.facts import VENDOR_TITLES, ClusterFacts, Pool, capacity,
 from inference_backend.quantity import gib
 from inference_backend.selection.hardware import Expression, UsableClass, gpu_node_exclusion, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
-from inference_backend.selection.multinode import multi_node_layout
-from inference_backend.selection.options import Option, engine_options, serving_dtype
+from inference_backend.selection.multinode import engines_across_nodes, multi_node_layout, multi_node_options, needs
+from inference_backend.selection.options import MIB, Option, engine_options, serving_dtype
 from inference_backend.selection.planning import tokens_per_sequence
 
 
@@ -172,7 +172,15 @@ def select(
     gpu_fits = any(o.placement.gpu for opts in all_options.values() for o in opts)
     layout = None if gpu_fits or accel == "cpu" else multi_node_layout(spec, model, candidates, gpu_classes)
     if layout is not None:
-        return _too_big(layout, spec, model, reasons, rejected, all_options)
+        across = _across_nodes(spec, model, candidates, gpu_classes, rejected)
+        if not across:
+            return _too_big(layout, spec, model, reasons, rejected, all_options)
+        for engine in all_options:
+            if engine not in across:
+                rejected[engine] = "runs only on CPU here, and the model belongs on GPUs across nodes"
+        all_options = across
+        reasons.append(f"larger than any one usable node: one replica spans several nodes ({layout.describe()} "
+                       "at the fewest); placed as a LeaderWorkerSet, never on CPU")  # fmt: skip
     if accel == "auto" and gpu_fits:
         for engine, opts in list(all_options.items()):
             gpu_opts = [o for o in opts if o.placement.gpu is not None]
@@ -221,6 +229,11 @@ def select(
         off_gpus, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
         reasons.extend(notes)
     done = _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, off_gpus)
+    chosen = choice.placement
+    if chosen.multi_node and chosen.gpu is not None:
+        per_node = spec.kv_cache.memory_fraction * chosen.gpu.memory_mib * MIB * chosen.gpus_per_node
+        done = replace(done, multi_node=MultiNode(winner, chosen.gpu, chosen.gpus_per_node, chosen.pipeline_parallel,
+                                                  choice.fit.required, per_node, chosen.nodes))  # fmt: skip
     return replace(done, avoided=left_out) if left_out is not None else done
 
 
@@ -229,19 +242,37 @@ def _cost(o: Option) -> int:
     return o.total_gpus if o.placement.gpu is not None else o.plan.replicas
 
 
+def _across_nodes(spec: InferenceBackendSpec, model: ResolvedModel, candidates: list[str],
+                  gpu_classes: list[UsableClass], rejected: dict[str, str]) -> dict[str, list[Option]]:  # fmt: skip
+    """Multi-node options per candidate engine (selection/multinode.py); why not for the others."""
+    out: dict[str, list[Option]] = {}
+    for engine in candidates:
+        if "gpu" not in card(engine).accelerators:
+            continue
+        options, why = multi_node_options(engine, spec, model, gpu_classes)
+        if options:
+            out[engine] = options
+            rejected.pop(engine, None)  # its one-node miss is what the multi-node placement answers
+        else:
+            one = rejected.get(engine)
+            rejected[engine] = f"{one}; across nodes: {why}" if one else f"larger than any one node: {why}"
+    return out
+
+
 def _too_big(layout: MultiNode, spec: InferenceBackendSpec, model: ResolvedModel, reasons: list[str],
              rejected: dict[str, str], all_options: dict[str, list[Option]]) -> Decision:  # fmt: skip
-    """A model larger than any one usable GPU node: unsatisfiable, with the layout it needs; never CPU."""
+    """A model larger than any one usable GPU node and no multi-node placement the cluster has the nodes for:
+    unsatisfiable, with the layout it needs ("needs N nodes of X"); never CPU."""
     caps = card(layout.engine)
     have = f"{layout.available_nodes} such node(s) usable"
     why = (f"larger than any one node: one replica needs {gib(layout.required)} GiB; one node of "
            f"{layout.gpus_per_node}x {layout.gpu.product} offers {gib(layout.per_node)} GiB at memoryFraction "
-           f"{spec.kv_cache.memory_fraction}: it needs {layout.describe()}, {layout.nodes * layout.gpus_per_node} "
-           f"GPUs per replica ({have})")  # fmt: skip
+           f"{spec.kv_cache.memory_fraction}: it {needs(layout, spec.replicas)} ({layout.describe()}, "
+           f"{layout.nodes * layout.gpus_per_node} GPUs per replica; {have})")  # fmt: skip
     multi = (
-        f"{caps.title} {caps.version} runs across nodes, but multi-node placement (LeaderWorkerSet) is not rendered yet"
+        f"{caps.title} {caps.version} runs across nodes (LeaderWorkerSet), and the cluster lacks the nodes"
         if caps.multi_node
-        else f"{caps.title} {caps.version} does not run across nodes"
+        else f"{caps.title} {caps.version} does not run across nodes ({engines_across_nodes()})"
     )
     reasons.append(f"{why}; {multi}; not placed on CPU")
     for engine in all_options:

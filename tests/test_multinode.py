@@ -1,0 +1,219 @@
+"""Multi-node serving in the operator: the LeaderWorkerSet child, its readiness roll-up, the GPU ledger (nodes x
+GPUs per node, rebuilt from the applied LeaderWorkerSets), the planned switch between a Deployment and a
+LeaderWorkerSet (the old one serves until the new one is available), and a cluster without the LWS CRD (a
+condition naming it, a bounded recheck, no failure)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx2 as httpx
+from ib_testkit.factories import MODELS, node
+from inference_backend.api.model import ModelSpec
+from inference_backend.capacity import GpuLedger
+from inference_backend.facts import group_nodes
+from inference_backend.reconcile import APPLIED_HASH, CRD_RECHECK, Child, World, reconcile, slim_child
+from inference_backend.state import Indexes, OperatorState
+from lightkube.core.exceptions import ApiError
+
+H100 = ("nvidia.com/gpu", (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),))
+"""The pool of GFD-labelled H100s (facts/pools.py: resource, identifying label)."""
+REGISTRY = dict(MODELS) | {
+    "llama-3-1-405b": ModelSpec.model_validate({"uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
+                                                "parameters": "405B", "dtype": "bfloat16", "contextLength": 8192}),
+}  # fmt: skip
+BIG = {"model": {"modelRef": "llama-3-1-405b"}}
+SMALL = {"model": {"modelRef": "llama-3-1-8b"}}
+
+
+class Recorder:
+    def __init__(self, missing_crd: bool = False) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.deleted: list[tuple[str, str, str]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self.missing_crd = missing_crd
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        if self.missing_crd and obj["kind"] == "LeaderWorkerSet":
+            raise _not_found(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        self.applied.append(obj)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        self.deleted.append((kind, namespace, name))
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.statuses.append(status)
+
+
+def _not_found(namespace: str, name: str) -> ApiError:
+    """What the apiserver answers to an apply of a kind it does not serve."""
+    url = f"https://127.0.0.1/apis/leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets/{name}"
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
+            "message": "the server could not find the requested resource"}  # fmt: skip
+    request = httpx.Request("PATCH", url)
+    return ApiError(request=request, response=httpx.Response(404, json=body, request=request))
+
+
+def body(spec: dict[str, Any], status: dict[str, Any] | None = None, name: str = "big") -> dict[str, Any]:
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": name, "namespace": "ns", "uid": "u-1", "generation": 1},
+        "spec": spec,
+        "status": status or {},
+    }
+
+
+def h100s(n: int) -> list[dict[str, Any]]:
+    return [node(f"h100-{i}", "h100", 8, cpu="192", memory="1900Gi") for i in range(n)]
+
+
+def world(children: dict[tuple[str, str, str], Child] | None = None, ledger: GpuLedger | None = None,
+          nodes: int = 2) -> World:  # fmt: skip
+    return World(group_nodes(h100s(nodes)), {"ns": list(REGISTRY.items())}, children or {}, ledger=ledger)
+
+
+def run(b: dict[str, Any], w: World, rec: Recorder) -> Any:
+    return asyncio.run(reconcile(b, w, rec, "test"))  # type: ignore[arg-type]
+
+
+def ready(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+def child(obj: dict[str, Any], st: dict[str, Any] | None = None, owner: str = "big") -> Child:
+    """What the handlers' index keeps of an applied object (handlers._child), with the status the controller set."""
+    slim = slim_child(obj["kind"], obj.get("spec") or {}, st or {})
+    return Child(obj["metadata"]["annotations"][APPLIED_HASH], slim, owner)
+
+
+def available(ready_replicas: int = 1) -> dict[str, Any]:
+    return {"readyReplicas": ready_replicas, "conditions": [{"type": "Available", "status": "True"}]}
+
+
+def test_405b_applies_a_leaderworkerset_and_the_ledger_holds_nodes_x_gpus_per_node() -> None:
+    ledger, rec = GpuLedger(), Recorder()
+    out = run(body({**BIG, "replicas": 1}), world(ledger=ledger), rec)
+    assert [o["kind"] for o in rec.applied] == ["LeaderWorkerSet", "Service"]
+    lws = rec.applied[0]
+    assert lws["metadata"]["name"] == "big-lws" and lws["metadata"]["ownerReferences"][0]["name"] == "big"
+    assert ledger.held(("ns", "big")) == (H100, 16), "2 nodes x 8 GPUs per replica"
+    placement = out.status["decision"]["placement"]
+    assert (placement["nodes"], placement["gpusPerNode"], placement["pipelineParallelSize"]) == (2, 8, 2)
+    assert out.status["phase"] == "Deploying" and out.status["specHash"]
+    selected = next(c for c in out.status["conditions"] if c["type"] == "BackendSelected")
+    assert "2 nodes x 8x NVIDIA-H100-80GB-HBM3" in selected["message"]
+    reasons = "\n".join(out.status["decision"]["reasons"])
+    assert "memory per node: " in reasons and "NVLink" in reasons and "cluster network" in reasons
+
+
+def test_ready_rolls_up_the_leaderworkerset_status() -> None:
+    rec = Recorder()
+    first = run(body(BIG), world(), rec)
+    children = {("ns", o["metadata"]["name"], o["kind"]): child(o) for o in rec.applied}
+    lws_key = ("ns", "big-lws", "LeaderWorkerSet")
+    children[lws_key] = child(rec.applied[0], {"readyReplicas": 0, "conditions": [
+        {"type": "Available", "status": "False"}, {"type": "Progressing", "status": "True"}]})  # fmt: skip
+    out = run(body(BIG, first.status), world(children), Recorder())
+    assert out.status["phase"] == "Deploying" and out.status["ready"] == "0/1"
+    children[lws_key] = child(rec.applied[0], available())
+    again = Recorder()
+    out = run(body(BIG, out.status), world(children), again)
+    assert out.status["phase"] == "Ready" and out.status["ready"] == "1/1" and ready(out.status)["status"] == "True"
+    assert again.applied == [] and again.deleted == [], "nothing to apply: the hashes match"
+
+
+def test_without_the_lws_crd_the_status_names_it_and_rechecks_later() -> None:
+    """No crash, no hot loop: a condition naming the CRD, a recheck a minute later, nothing else applied."""
+    ledger, rec = GpuLedger(), Recorder(missing_crd=True)
+    out = run(body(BIG), world(ledger=ledger), rec)
+    assert rec.applied == [], "no Service for a workload that cannot exist"
+    cond = ready(out.status)
+    assert cond["reason"] == "CRDMissing" and cond["status"] == "False"
+    assert "leaderworkersets.leaderworkerset.x-k8s.io" in cond["message"]
+    assert out.status["phase"] == "Pending" and out.recheck_after == CRD_RECHECK
+    reconciled = next(c for c in out.status["conditions"] if c["type"] == "Reconciled")
+    assert reconciled["status"] == "True", "a missing CRD is a state of the cluster, not a failed reconcile"
+
+
+def test_a_single_node_backend_keeps_working_without_the_lws_crd() -> None:
+    rec = Recorder(missing_crd=True)
+    out = run(body(SMALL, name="chat"), world(), rec)
+    assert [o["kind"] for o in rec.applied] == ["Deployment", "Service"]
+    assert out.status["phase"] == "Deploying" and ready(out.status)["reason"] == "Deploying"
+
+
+def _deployed(spec: dict[str, Any], nodes: int) -> tuple[dict[str, Any], dict[tuple[str, str, str], Child]]:
+    """The status and children of ``spec`` applied and available."""
+    rec = Recorder()
+    out = run(body(spec), world(nodes=nodes), rec)
+    workload = rec.applied[0]["kind"]
+    children = {("ns", o["metadata"]["name"], o["kind"]): child(o, available() if o["kind"] == workload else None)
+                for o in rec.applied}  # fmt: skip
+    return out.status, children
+
+
+def test_deployment_to_leaderworkerset_keeps_the_deployment_serving_until_the_new_one_is_available() -> None:
+    # serving on one node: 8B on a Deployment, Service selecting every serving pod
+    status, children = _deployed(SMALL, 2)
+    dep_service = children[("ns", "big", "Service")]
+    # the spec grows to a model larger than a node: the LeaderWorkerSet is applied, the Service is not touched
+    grown = {**BIG}
+    rec = Recorder()
+    out = run(body(grown, status), world(children), rec)
+    assert [o["kind"] for o in rec.applied] == ["LeaderWorkerSet"], "the Service keeps routing to the Deployment"
+    assert rec.deleted == []
+    cond = ready(out.status)
+    assert (cond["reason"], cond["status"], out.status["phase"]) == ("SwitchingWorkload", "True", "Deploying")
+    assert "the Deployment keeps serving until the LeaderWorkerSet is available" in cond["message"]
+    # the LeaderWorkerSet comes up but is not available yet: still nothing more
+    lws = rec.applied[0]
+    children[("ns", "big-lws", "LeaderWorkerSet")] = child(lws, {"readyReplicas": 0, "conditions": []})
+    rec = Recorder()
+    out = run(body(grown, out.status), world(children), rec)
+    assert rec.applied == [] and rec.deleted == [] and ready(out.status)["reason"] == "SwitchingWorkload"
+    # available: the Service moves to the leaders and the Deployment is deleted
+    children[("ns", "big-lws", "LeaderWorkerSet")] = child(lws, available())
+    rec = Recorder()
+    out = run(body(grown, out.status), world(children), rec)
+    assert [o["kind"] for o in rec.applied] == ["Service"]
+    assert rec.applied[0]["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+    assert rec.applied[0]["metadata"]["annotations"][APPLIED_HASH] != dep_service.applied_hash
+    assert rec.deleted == [("Deployment", "ns", "big")]
+    assert out.status["phase"] == "Ready"
+
+
+def test_leaderworkerset_to_deployment_is_the_same_planned_switch() -> None:
+    status, children = _deployed(BIG, 2)
+    rec = Recorder()
+    out = run(body(SMALL, status), world(children), rec)
+    assert [o["kind"] for o in rec.applied] == ["Deployment"] and rec.deleted == []
+    assert "the LeaderWorkerSet keeps serving until the Deployment is available" in ready(out.status)["message"]
+    dep = rec.applied[0]
+    children[("ns", "big", "Deployment")] = child(dep, available())
+    rec = Recorder()
+    out = run(body(SMALL, out.status), world(children), rec)
+    assert [o["kind"] for o in rec.applied] == ["Service"] and rec.deleted == [("LeaderWorkerSet", "ns", "big-lws")]
+    assert "leaderworkerset.sigs.k8s.io/worker-index" not in rec.applied[0]["spec"]["selector"]
+
+
+def test_reservations_are_rebuilt_from_the_applied_leaderworkersets() -> None:
+    """A restarted operator holds what each LeaderWorkerSet requests: replicas x group size pods of 8 GPUs."""
+    rec = Recorder()
+    run(body({**BIG, "replicas": 2}), world(nodes=4), rec)
+    lws = rec.applied[0]
+    assert lws["spec"]["replicas"] == 2 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    index = {("ns", "big-lws", "LeaderWorkerSet"): [child(lws)]}
+    st = OperatorState(Indexes(models={}, deployments={}, services={}, pdbs={}, backends={}, lws=index))
+    st.seed_reservations()
+    assert st.gpus.held(("ns", "big")) == (H100, 32), "2 replicas x 2 nodes x 8 GPUs, held by the owner"
+    assert st.gpus.held(("ns", "big-lws")) is None
+
+
+def test_gpus_in_use_without_a_ledger_counts_leaderworkersets_by_their_owner() -> None:
+    rec = Recorder()
+    run(body(BIG), world(), rec)
+    w = world({("ns", "big-lws", "LeaderWorkerSet"): child(rec.applied[0])})
+    assert w.gpus_in_use(("ns", "other")) == {H100: 16}
+    assert w.gpus_in_use(("ns", "big")) == {}, "its own GPUs are not in use by others"
