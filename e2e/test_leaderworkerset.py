@@ -1,6 +1,7 @@
 """The real LeaderWorkerSet controller (sigs.k8s.io/lws, built and started by e2e/build-binaries and e2e/up) on KWOK
 GPU nodes: its CRD, its admission webhooks reached by URL on 127.0.0.1, the leader and worker pods it creates through
-StatefulSets and the garbage collection of all of it.
+StatefulSets and the garbage collection of all of it; then the operator's 405B backend rendered as a LeaderWorkerSet
+and run by that controller.
 
 A pool of 8xH100 nodes (e2e/nodes/pools/gpu-h100x8-pool.yaml) is added for this module and deleted after it, so that
 the other modules keep the default node sets.
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ib_testkit.cluster import KWOK_TOLERATION, NODE_SETS, apply, get_json, kubectl
+from ib_testkit.cluster import KWOK_TOLERATION, NODE_SETS, Operator, apply, example, get_json, kubectl, wait_phase
 
 POOL = NODE_SETS / "pools" / "gpu-h100x8-pool.yaml"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
@@ -24,8 +25,8 @@ GPU = "nvidia.com/gpu"
 @pytest.fixture(scope="module", autouse=True)
 def lws_controller() -> None:
     """Skips the module, naming why, when the cluster runs no LeaderWorkerSet controller (e2e/up with E2E_LWS=0)."""
-    res = kubectl("get", "crd", LWS_CRD, check=False)
-    if LWS_CRD not in res:
+    res = kubectl("get", "crd", LWS_CRD, "-o", "name", check=False)  # stdout, then stderr
+    if not res.startswith(f"customresourcedefinition.apiextensions.k8s.io/{LWS_CRD}"):
         pytest.skip(f"no {LWS_CRD} CRD: e2e/up runs the LeaderWorkerSet controller unless E2E_LWS=0")
 
 
@@ -161,3 +162,77 @@ def test_validating_webhook_rejects(namespace: str) -> None:
     assert "subGroupSize cannot be larger than size" in out, out
     assert "vleaderworkerset.kb.io" in out, out
     assert not get_json("leaderworkersets", "-n", namespace)["items"]
+
+
+# ---------------------------------------------------------------- the operator's multi-node backend on the controller
+# A bf16 405B model (about 756 GiB of weights) does not fit one 8xH100 node: the operator plans two nodes (tensor
+# parallel 8 inside each, pipeline parallel 2 across) and renders a LeaderWorkerSet of size 2. Its weights come from a
+# ReadOnlyMany claim (pvc://, bound by the `ns` fixture): downloaded into each pod's emptyDir they would request more
+# ephemeral storage than these nodes have.
+BIG = "multinode/vllm-llama-3-1-405b.yaml"
+
+
+def _owner(obj: dict[str, Any]) -> tuple[str, str]:
+    refs = [r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")]
+    assert len(refs) == 1, obj["metadata"]
+    return refs[0]["kind"], refs[0]["name"]
+
+
+def test_405b_backend_runs_on_the_leaderworkerset_controller(
+    operator: Operator, ns: str, h100_pool: list[str], wait_until: Any
+) -> None:
+    """The operator's LeaderWorkerSet is run by the real controller: leader and worker pods on distinct H100 nodes, the
+    backend Ready from the LeaderWorkerSet's status; deleting the backend garbage-collects the whole chain of
+    ownerReferences (backend -> LeaderWorkerSet -> leader StatefulSet -> leader pod -> worker StatefulSet -> worker
+    pod, and the Services)."""
+    doc = example(BIG, ns)
+    doc["spec"]["model"].update(uri="pvc://research-models/Llama-3.1-405B-Instruct", format="safetensors")
+    doc["spec"]["model"].pop("credentialsSecret", None)
+    name = doc["metadata"]["name"]
+    t0 = time.monotonic()
+    apply(doc)
+    obj = wait_phase(wait_until, ns, name, "Ready", timeout=180)
+    t_ready = time.monotonic() - t0
+    placement = obj["status"]["decision"]["placement"]
+    assert placement["nodes"] == 2 and placement["gpusPerNode"] == 8, placement
+
+    (lws,) = get_json("leaderworkersets", "-n", ns)["items"]
+    lws_name = lws["metadata"]["name"]
+    assert _owner(lws) == ("InferenceBackend", name)
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert (lws.get("status") or {}).get("readyReplicas") == 1, lws.get("status")
+    assert not get_json("deployments", "-n", ns)["items"], "a multi-node replica has no Deployment"
+
+    pods = {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]: p for p in _pods(ns, lws_name)}
+    assert set(pods) == {"0", "1"}, sorted(pods)
+    leader, worker = pods["0"], pods["1"]
+    assert all(_ready(p) for p in pods.values())
+    nodes = [p["spec"]["nodeName"] for p in (leader, worker)]
+    assert len(set(nodes)) == 2, f"leader and worker share a node: {nodes}"
+    for p in (leader, worker):
+        assert p["spec"]["containers"][0]["resources"]["limits"][GPU] == "8"
+        node = get_json("node", p["spec"]["nodeName"])
+        assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+        assert _env(p)["LWS_LEADER_ADDRESS"] == f"{lws_name}-0.{lws_name}.{ns}"  # injected by the pod webhook
+
+    # The chain that garbage collection follows, as the controller and the StatefulSet controller built it.
+    sts = {s["metadata"]["name"]: s for s in get_json("statefulsets", "-n", ns)["items"]}
+    assert set(sts) == {lws_name, f"{lws_name}-0"}, sorted(sts)
+    assert _owner(sts[lws_name]) == ("LeaderWorkerSet", lws_name)
+    assert _owner(leader) == ("StatefulSet", lws_name)
+    assert _owner(sts[f"{lws_name}-0"]) == ("Pod", leader["metadata"]["name"])
+    assert _owner(worker) == ("StatefulSet", f"{lws_name}-0")
+    services = {s["metadata"]["name"]: s for s in get_json("services", "-n", ns)["items"]}
+    assert _owner(services[name]) == ("InferenceBackend", name)
+    assert _owner(services[lws_name]) == ("LeaderWorkerSet", lws_name)
+    assert operator.alive()
+
+    t1 = time.monotonic()
+    kubectl("delete", "ib", name, "-n", ns, "--wait=false")
+
+    def all_gone() -> bool:
+        left = kubectl("get", "inferencebackends,leaderworkersets,statefulsets,pods,services", "-n", ns, "-o", "name")
+        return not left.strip()
+
+    wait_until("the backend, its LeaderWorkerSet, StatefulSets, pods and Services deleted", all_gone, timeout=120)
+    print(f"\n405B backend: Ready in {t_ready:.1f}s on {nodes}; all deleted {time.monotonic() - t1:.1f}s after")
