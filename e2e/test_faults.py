@@ -59,6 +59,8 @@ def backends(ns: str, batch: int) -> list[dict[str, Any]]:
 
 
 def apply_all(docs: list[dict[str, Any]]) -> None:
+    if not docs:
+        return
     kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", stdin=yaml.safe_dump_all(docs))
 
 
