@@ -92,6 +92,8 @@ def test_rbac_is_least_privilege() -> None:
     text = (CHART / "templates/rbac.yaml").read_text().split("---")[0]
     rules = yaml.safe_load("\n".join(line for line in text.splitlines() if "{{" not in line))["rules"]
     verbs = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in rules}
+    scaler = verbs.pop((("keda.sh",), ("scaledobjects",)))
+    assert scaler == {"create", "patch", "delete"}, "a ScaledObject is deleted when spec.autoscaling is removed"
     assert not any("*" in v or "delete" in v or "update" in v for v in verbs.values()), "no wildcards, deletes, updates"
     assert verbs[(("apps",), ("deployments",))] == {"list", "watch", "create", "patch"}
     assert verbs[(("",), ("nodes",))] == {"list", "watch"}

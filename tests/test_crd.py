@@ -67,7 +67,11 @@ def test_cel_rules() -> None:
     assert "has(self.modelRef) || has(self.uri)" in rules
     sd = spec["properties"]["speculativeDecoding"]["x-kubernetes-validations"]
     assert sd[0]["rule"] == "self.method != 'draft' || has(self.draftModelRef)"
-    assert len(spec["x-kubernetes-validations"]) == 2
+    # from the cards: the KV cache types, GPU-only engines, two autoscaling signals some engines lack, scale to zero
+    fields = [r["message"].split(" ")[0] for r in spec["x-kubernetes-validations"]]
+    assert fields == ["kvCache.dtype", "backend", "autoscaling.metric", "autoscaling.metric", "autoscaling.minReplicas"]
+    auto = [r["rule"] for r in spec["properties"]["autoscaling"]["x-kubernetes-validations"]]
+    assert "self.minReplicas <= self.maxReplicas" in auto
 
 
 def test_names_columns_and_status_subresource() -> None:
@@ -75,7 +79,9 @@ def test_names_columns_and_status_subresource() -> None:
     version = ib["spec"]["versions"][0]
     assert ib["spec"]["names"]["shortNames"] == ["ib"]
     assert model_crd()["spec"]["names"]["shortNames"] == ["mdl"]
-    assert version["subresources"] == {"status": {}}
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+             "labelSelectorPath": ".status.selector"}  # fmt: skip
+    assert version["subresources"] == {"status": {}, "scale": scale}
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert names == ["Backend", "Phase", "Ready", "Endpoint", "Age"]
     status = _schema(ib)["properties"]["status"]["properties"]

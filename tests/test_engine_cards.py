@@ -97,7 +97,7 @@ def test_quantized_kv_rule_is_made_from_the_cards() -> None:
 def test_rules_follow_a_changed_registry() -> None:
     """A sixth GPU-only engine joins the CEL rule without any edit outside its card."""
     extra = dataclasses.replace(REGISTRY[0], name="newengine")
-    (_, gpu_rule) = rules.spec_rules((*REGISTRY, extra))
+    gpu_rule = next(r for r in rules.spec_rules((*REGISTRY, extra)) if r.field == "spec.hardware.accelerator")
     assert "'newengine'" in gpu_rule.cel and "newengine" in gpu_rule.message
 
 

@@ -94,12 +94,17 @@ class Shortfall:
     def free(self) -> int:
         return max(self.allocatable - self.reserved, 0)
 
-    def message(self, replicas: int, per_replica: int, most: int = 5) -> str:
+    def message(self, replicas: int, per_replica: int, surge: bool = False, most: int = 5) -> str:
         who = ", ".join(f"{ns}/{name} ({n})" for (ns, name), n in self.holders[:most])
         if len(self.holders) > most:
             who += f" and {len(self.holders) - most} more"
         nodes = f"the nodes it may use ({self.where})" if self.where else "the nodes it may use"
-        return (f"waiting for capacity: needs {self.needed} {self.product} ({self.resource}; {replicas} replica(s) x "
+        count = (
+            f"{replicas} replica(s) + 1 surge replica (spec.rollout.strategy surge)"
+            if surge
+            else f"{replicas} replica(s)"
+        )
+        return (f"waiting for capacity: needs {self.needed} {self.product} ({self.resource}; {count} x "
                 f"{per_replica}); {self.allocatable} allocatable on {nodes}, {self.free} free, "
                 f"{self.reserved} reserved by other InferenceBackends" + (f": {who}" if who else "") +
                 "; it is placed as soon as enough are released or nodes are added")  # fmt: skip
@@ -116,9 +121,10 @@ def wanted(decision: Decision | None, replicas: int) -> tuple[Pool, int] | None:
 
 
 def shortfall(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[HardwareClass, tuple[str, ...]],
-              ledger: GpuLedger, owner: Owner) -> Shortfall | None:  # fmt: skip
-    """The missing capacity for ``decision``'s placement, or None when its devices are free."""
-    want = wanted(decision, spec.replicas)
+              ledger: GpuLedger, owner: Owner, replicas: int | None = None) -> Shortfall | None:  # fmt: skip
+    """The missing capacity for ``decision``'s placement (``replicas``, default spec.replicas), or None when its
+    devices are free."""
+    want = wanted(decision, spec.replicas if replicas is None else replicas)
     if want is None or decision.placement is None or decision.placement.gpu is None:
         return None
     pool, needed = want

@@ -21,10 +21,11 @@ from typing import Any, cast
 
 import kopf
 
+from inference_backend import autoscaling
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
 from inference_backend.pods import PodSummary, owner, summarize
-from inference_backend.reconcile import APPLIED_HASH, UNSCHEDULABLE_GRACE, Child, slim_child
+from inference_backend.reconcile import APPLIED_HASH, REPLICAS_OWNER, UNSCHEDULABLE_GRACE, Child, slim_child
 from inference_backend.render import COMPONENT, MANAGED_BY
 from inference_backend.state import Indexes, OperatorState
 
@@ -54,6 +55,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         workers=int(os.environ.get("IB_WORKERS", "8")),
         debounce=float(os.environ.get("IB_DEBOUNCE_SECONDS", "1")),
         unschedulable_grace=float(os.environ.get("IB_UNSCHEDULABLE_GRACE_SECONDS", UNSCHEDULABLE_GRACE)),
+        scaling=autoscaling.Settings(
+            prometheus_address=os.environ.get("IB_PROMETHEUS_ADDRESS") or autoscaling.DEFAULT_PROMETHEUS,
+            label_matchers=os.environ.get("IB_AUTOSCALING_LABEL_MATCHERS") or autoscaling.DEFAULT_MATCHERS,
+        ),
     )
     memo.state = state
     state.start()
@@ -79,7 +84,8 @@ def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
     meta = body["metadata"]
     annotations = meta.get("annotations") or {}
     keep = slim_child(body["kind"], dict(body.get("spec") or {}), dict(body.get("status") or {}))
-    return {(meta["namespace"], meta["name"], body["kind"]): Child(annotations.get(APPLIED_HASH), keep)}
+    child = Child(annotations.get(APPLIED_HASH), keep, annotations.get(REPLICAS_OWNER))
+    return {(meta["namespace"], meta["name"], body["kind"]): child}
 
 
 @kopf.index("apps", "v1", "deployments", labels=MANAGED)

@@ -22,7 +22,13 @@ from lightkube.types import PatchType
 from inference_backend.api.common import API_VERSION, GROUP, VERSION
 
 FIELD_MANAGER = "inference-backend"
+HANDOFF_MANAGER = "inference-backend-handoff"
+"""The field manager that holds a Deployment's replicas for the moment the operator's own apply drops them (when
+spec.autoscaling is turned on), so dropping them does not reset them to the default; the autoscaler's first
+write takes them over (Kubernetes "Server-Side Apply", Transferring ownership)."""
 IBResource = create_namespaced_resource(GROUP, VERSION, "InferenceBackend", "inferencebackends")
+ScaledObjectResource = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
+"""KEDA's ScaledObject (keda.sh/v1alpha1), registered so its manifests load; the CRD may be absent (404)."""
 log = logging.getLogger(__name__)
 
 
@@ -75,6 +81,29 @@ class Kube:
         self.writes += 1
         async with self._slots:
             await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+
+    async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
+        """Apply only ``obj``'s replicas as HANDOFF_MANAGER (forced: it takes them from the operator's manager)."""
+        meta = obj["metadata"]
+        body = {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": replicas},
+        }
+        self.writes += 1
+        async with self._slots:
+            await self.client.apply(codecs.from_dict(body), field_manager=HANDOFF_MANAGER, force=True)
+
+    async def delete_scaled_object(self, namespace: str, name: str) -> None:
+        """Delete a ScaledObject (KEDA then deletes its HPA); one already gone, or a missing CRD, is no error."""
+        self.writes += 1
+        try:
+            async with self._slots:
+                await self.client.delete(ScaledObjectResource, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status is None or exc.status.code != 404:
+                raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""

@@ -19,9 +19,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from inference_backend import metrics, status
+from inference_backend import autoscaling, metrics, status
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
 from inference_backend.api.common import GROUP
+from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
@@ -29,10 +30,18 @@ from inference_backend.kube import Kube, describe_error, owned
 from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
-from inference_backend.render import render
+from inference_backend.render import render, selector_string
+from inference_backend.rollout import Choice, Live, choose, strategy
 from inference_backend.selection import Current, Decision, InvalidSpec, select
 
 APPLIED_HASH = f"{GROUP}/applied-hash"
+REPLICAS_OWNER = f"{GROUP}/replicas-owner"
+"""On a Deployment applied while spec.autoscaling is set: "autoscaler" (the operator's apply leaves out replicas).
+Its absence on a live Deployment means the operator's field manager still owns them: they are handed over first."""
+AUTOSCALER = "autoscaler"
+SCALER_RETRY = 60.0
+"""Seconds between attempts to apply a ScaledObject while the KEDA CRD is missing (the backend is reconciled again
+then, so installing KEDA is noticed within this)."""
 UNSCHEDULABLE_GRACE = 300.0
 """The default grace period (the operator's --unschedulable-grace-seconds): five minutes covers a cluster
 autoscaler adding a node (typically 1-3 minutes for a GPU node) before the backend moves elsewhere."""
@@ -54,6 +63,8 @@ class Child:
 
     applied_hash: str | None
     body: dict[str, Any] = field(default_factory=dict)
+    replicas_owner: str | None = None
+    """The Deployment's REPLICAS_OWNER annotation."""
 
     @cached_property
     def gpus(self) -> tuple[Pool, int] | None:
@@ -72,10 +83,14 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in SELECTOR_KEYS}
     limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
     containers = [{"resources": {"limits": {r: n for r, n in lim.items() if is_device_resource(r)}}} for lim in limits]
-    template = {"spec": {"nodeSelector": selector, "containers": containers}}
+    annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+    template = {"metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH)}},
+                "spec": {"nodeSelector": selector, "containers": containers}}  # fmt: skip
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
-    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions}
-    return {"spec": {"replicas": spec.get("replicas", 1), "template": template}, "status": status}
+    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions,
+              "replicas": st.get("replicas"), "updatedReplicas": st.get("updatedReplicas")}  # fmt: skip
+    return {"spec": {"replicas": spec.get("replicas", 1), "template": template, "strategy": spec.get("strategy")},
+            "status": status}  # fmt: skip
 
 
 def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -84,7 +99,9 @@ def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
         return ()
     slim = slim_child("Deployment", dict(body.get("spec") or {}), dict(body.get("status") or {}))
     observed = status.Observed.from_deployment(slim)
-    return (observed, slim["spec"]["template"])
+    live = Live.from_deployment(slim, SPEC_HASH)
+    surging = live is not None and live.surge is True and live.in_flight  # its end frees the surge replica's GPUs
+    return (observed, slim["spec"]["template"], surging)
 
 
 @dataclass
@@ -110,6 +127,8 @@ class World:
     """Seconds every pod of a placement may stay unschedulable (for want of nodes, not volumes) before the placement
     is selected again elsewhere."""
     clock: Callable[[], float] = time.time
+    scaling: autoscaling.Settings = autoscaling.DEFAULT
+    """The Prometheus the ScaledObjects of spec.autoscaling query, and how they select a backend's series."""
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
         if self.grouped is not None:
@@ -145,6 +164,10 @@ class Plan:
     """Each rendered manifest with its content hash."""
     spec_hash: str | None
     spec: InferenceBackendSpec | None = None
+    rollout: Choice | None = None
+    """How the Deployment's pods are replaced (rollout.py), and the replicas reserved beyond spec.replicas."""
+    scaler: tuple[str, str] | None = None
+    """With spec.autoscaling: (the engine metric and its source, the trigger's query), for status.autoscaling."""
 
 
 @dataclass
@@ -155,6 +178,8 @@ class Recent:
 
     ttl: float = 15.0
     applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    scaler_missing: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    """Backends whose ScaledObject the API server refused for want of the KEDA CRD: (the message, when)."""
     statuses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     plans: dict[tuple[str, str], Plan] = field(default_factory=dict)
 
@@ -185,6 +210,8 @@ class Outcome:
     """The worst problem of the backend's pods, or None."""
     recheck_after: float | None = None
     """Seconds until the unschedulable grace period of the placement ends (reconcile again then), or None."""
+    overcommitted: str | None = None
+    """The autoscaler asked for more replicas than the GPU pool has free devices for (they stay Pending)."""
 
 
 def content_hash(obj: dict[str, Any]) -> str:
@@ -245,8 +272,10 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
     keep = _current(previous, generation) if stuck is None else None
     stuck = stuck or _left(previous, generation)
     gpus = world.gpus_in_use((namespace, name))
+    deployment = world.children.get((namespace, name, "Deployment"))
+    live = Live.from_deployment(deployment.body if deployment else None, SPEC_HASH)
     key = (world.version, meta.get("uid"), generation, json.dumps(body.get("spec"), sort_keys=True), keep,
-           tuple(sorted(gpus.items())), stuck)  # fmt: skip
+           tuple(sorted(gpus.items())), stuck, live)  # fmt: skip
     cached = recent.plans.get((namespace, name))
     if world.version is not None and cached is not None and cached.key == key:
         return cached
@@ -260,7 +289,7 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
             {"apiVersion": body.get("apiVersion"), "kind": "InferenceBackend",
              "metadata": {"name": name, "namespace": namespace}, "spec": body.get("spec") or {}}
         )  # fmt: skip
-        replicas = ib.spec.replicas
+        replicas = _replicas(ib.spec, deployment)
         avoid, why = stuck if stuck is not None else (None, "")
         decision = select(ib.spec, world.cluster(), world.registry(namespace), keep=keep, gpus_in_use=gpus,
                           avoid=avoid, avoid_why=why)  # fmt: skip
@@ -268,12 +297,29 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
         error = explain(exc)
     except InvalidSpec as exc:
         error = str(exc)
+    choice = None
+    scaler = None
+    objects: list[dict[str, Any]] = []
     if decision is not None and decision.satisfiable:
-        for manifest in render(ib, decision):
-            if manifest["kind"] == "Deployment":
-                spec_hash = manifest["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH)
+        try:
+            objects = render(ib, decision, scaling=world.scaling)
+            if ib.spec.autoscaling is not None:
+                scaler = autoscaling.describe(ib, decision.backend or "", world.scaling)
+        except InvalidSpec as exc:
+            error, decision = str(exc), None
+    if objects and decision is not None:
+        spec_hash = next((o["spec"]["template"]["metadata"]["annotations"].get(SPEC_HASH) for o in objects
+                          if o["kind"] == "Deployment"), None)  # fmt: skip
+        choice = choose(ib.spec, decision, world.cluster(), gpus, live, spec_hash)
+        for manifest in objects:
+            if manifest["kind"] == "Deployment" and choice.surge is not None:
+                manifest["spec"]["strategy"] = strategy(choice.surge)
+            if manifest["kind"] == "Deployment" and ib.spec.autoscaling is not None:
+                meta = manifest["metadata"]
+                meta["annotations"] = {**meta.get("annotations", {}), REPLICAS_OWNER: AUTOSCALER}
             manifests.append((manifest, content_hash(manifest)))
-    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None)
+    plan = Plan(key, decision, error, replicas, tuple(manifests), spec_hash, ib.spec if error is None else None,
+                choice, scaler)  # fmt: skip
     if world.version is not None:
         recent.plans[(namespace, name)] = plan
     return plan
@@ -293,25 +339,53 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     decision, error = plan.decision, plan.error
     if error is not None:
         metrics.ERRORS.labels("invalid_spec").inc()
-    waiting, freed = _reserve(plan, world, (namespace, name), serving=deployment is not None)
+    waiting, freed, overcommitted = _reserve(plan, world, (namespace, name), serving=deployment is not None)
     applied = 0
+    autoscaled = plan.spec is not None and plan.spec.autoscaling is not None
+    scaler_status: dict[str, Any] | None = None
+    scaler_missing: str | None = None
     if decision is not None and decision.satisfiable and waiting is None:
         metrics.DECISIONS.labels(decision.backend).inc()
+        if not autoscaled and previous.get("autoscaling"):
+            # spec.autoscaling was removed: the ScaledObject (and with it KEDA's HPA) goes first, so nothing
+            # scales the Deployment once the operator's apply takes its replicas back.
+            scaled = str((previous.get("autoscaling") or {}).get("scaledObject") or name)
+            try:
+                await kube.delete_scaled_object(namespace, scaled)
+            except Exception as exc:
+                raise ReconcileFailure("ApplyFailed", f"deleting ScaledObject {scaled}: {describe_error(exc)}") from exc
+            metrics.API_WRITES.labels("ScaledObject").inc()
+            recent.scaler_missing.pop((namespace, name), None)
         for manifest, wanted_hash in plan.manifests:
             kind, child_name = manifest["kind"], manifest["metadata"]["name"]
             key = (namespace, child_name, kind)
+            if kind == autoscaling.SCALED_OBJECT:
+                # Not watched (the KEDA CRD may be absent): the hash last applied is kept in the status.
+                scaler_status, scaler_missing, wrote = await _apply_scaler(
+                    manifest, wanted_hash, body, previous, plan, kube, recent, (namespace, name)
+                )
+                applied += wrote
+                continue
             child = world.children.get(key)
             if (child is not None and child.applied_hash == wanted_hash) or recent.applied_lately(key, wanted_hash):
                 continue
             annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
             try:
+                if kind == "Deployment" and autoscaled and child is not None and child.replicas_owner != AUTOSCALER:
+                    # Autoscaling turned on: the operator's manager owns replicas and its next apply drops them,
+                    # which would reset them to 1. Another manager takes them first (kube.HANDOFF_MANAGER).
+                    assert plan.spec is not None and plan.spec.autoscaling is not None
+                    await kube.hand_off_replicas(manifest, _clamped(child, plan.spec.autoscaling))
+                    metrics.API_WRITES.labels(kind).inc()
                 await kube.apply(owned(manifest, dict(body)))
             except Exception as exc:
                 raise ReconcileFailure("ApplyFailed", f"applying {kind} {child_name}: {describe_error(exc)}") from exc
             recent.applied[key] = (wanted_hash, time.monotonic())
             metrics.API_WRITES.labels(kind).inc()
             applied += 1
+        if scaler_missing is not None:
+            recheck = min(recheck, SCALER_RETRY) if recheck is not None else SCALER_RETRY
     elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
     observed = status.Observed.from_deployment(deployment.body if deployment else None)
@@ -322,8 +396,16 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     new = status.compute(
         generation=generation, decision=decision, error=error, observed=observed, serving=previous,
         endpoint=f"http://{name}.{namespace}.svc:8000", previous=previous, now=_now(), spec_hash=plan.spec_hash,
-        waiting=waiting.message(plan.replicas, _per_replica(decision)) if waiting else None, pod_problem=pod_problem,
+        waiting=waiting.message(plan.replicas, _per_replica(decision), _surging(plan)) if waiting else None,
+        pod_problem=pod_problem, selector=selector_string(name),
+        autoscaling=_scaling_condition(plan, scaler_status, scaler_missing, overcommitted, observed)
+        if autoscaled and decision is not None and decision.satisfiable else None,
     )  # fmt: skip
+    if scaler_status is not None and "backend" in new:
+        new["autoscaling"] = scaler_status
+    rollout = plan.rollout.to_status() if plan.rollout is not None else None
+    if rollout is not None and "backend" in new:
+        new["rollout"] = rollout
     written = False
     if status.changed(previous, new):
         if log.isEnabledFor(logging.DEBUG):
@@ -337,7 +419,71 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
         recent.statuses[(namespace, name)] = new
         metrics.API_WRITES.labels("InferenceBackendStatus").inc()
         written = True
-    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem, recheck)
+    return Outcome(decision, error, applied, written, new, waiting, freed, pod_problem, recheck, overcommitted)
+
+
+def _replicas(spec: InferenceBackendSpec, deployment: Child | None) -> int:
+    """The replicas the operator counts on: spec.replicas; with spec.autoscaling, what the autoscaler set on the
+    live Deployment (at least minReplicas; minReplicas when there is none yet)."""
+    if spec.autoscaling is None:
+        return spec.replicas
+    live = (deployment.body.get("spec") or {}).get("replicas") if deployment is not None else None
+    return max(spec.autoscaling.min_replicas, int(live) if live is not None else spec.autoscaling.min_replicas)
+
+
+def _clamped(child: Child, a: Autoscaling) -> int:
+    """The live replicas within [minReplicas, maxReplicas], at least 1: what the hand-over keeps."""
+    live = int((child.body.get("spec") or {}).get("replicas", 1) or 0)
+    return max(1, a.min_replicas, min(live, a.max_replicas))
+
+
+async def _apply_scaler(manifest: dict[str, Any], wanted_hash: str, body: Mapping[str, Any],
+                        previous: Mapping[str, Any], plan: Plan, kube: Kube, recent: Recent,
+                        owner: tuple[str, str]) -> tuple[dict[str, Any] | None, str | None, int]:  # fmt: skip
+    """Apply the ScaledObject unless the status says this hash is applied: (status.autoscaling, why the KEDA CRD
+    is missing or None, writes made). A missing CRD is a condition, tried again every SCALER_RETRY seconds."""
+    name = manifest["metadata"]["name"]
+    target = manifest["spec"]["scaleTargetRef"]
+    metric, query = plan.scaler or ("", "")
+    status_now = {"scaledObject": name, "target": f"{target['kind']}/{target['name']}", "metric": metric,
+                  "query": query, "appliedHash": wanted_hash}  # fmt: skip
+    if (previous.get("autoscaling") or {}).get("appliedHash") == wanted_hash:
+        return status_now, None, 0
+    missing = recent.scaler_missing.get(owner)
+    if missing is not None and time.monotonic() - missing[1] < SCALER_RETRY:
+        return None, missing[0], 0
+    annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
+    manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
+    try:
+        await kube.apply(owned(manifest, dict(body)))
+    except Exception as exc:
+        code = getattr(getattr(exc, "status", None), "code", None)
+        if code == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
+            why = (f"the CRD {autoscaling.KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be "
+                   f"created: {describe_error(exc)}; the Deployment keeps its replicas; tried again every "
+                   f"{SCALER_RETRY:.0f} s")  # fmt: skip
+            recent.scaler_missing[owner] = (why, time.monotonic())
+            return None, why, 1
+        raise ReconcileFailure("ApplyFailed", f"applying ScaledObject {name}: {describe_error(exc)}") from exc
+    recent.scaler_missing.pop(owner, None)
+    metrics.API_WRITES.labels(autoscaling.SCALED_OBJECT).inc()
+    return status_now, None, 1
+
+
+def _scaling_condition(plan: Plan, applied: dict[str, Any] | None, missing: str | None, over: str | None,
+                       observed: status.Observed | None) -> tuple[bool, str, str]:  # fmt: skip
+    """The Autoscaling condition: (status, reason, message)."""
+    if missing is not None:
+        return False, "ScalerMissing", missing
+    a = plan.spec.autoscaling if plan.spec is not None else None
+    if applied is None or a is None:
+        return False, "Pending", "the ScaledObject is not applied yet"
+    where = (f"ScaledObject {applied['scaledObject']} scales {applied['target']} from {a.min_replicas} to "
+             f"{a.max_replicas} replicas on {a.metric} (target {a.target:g}) = {applied['metric']}; the operator "
+             f"leaves the Deployment's replicas to it")  # fmt: skip
+    if over is not None:
+        return False, "CapacityExceeded", f"{over}; {where}"
+    return True, "ScalerReady", where
 
 
 def _unschedulable(world: World, owner: tuple[str, str], previous: Mapping[str, Any], generation: int,
@@ -359,11 +505,16 @@ def _unschedulable(world: World, owner: tuple[str, str], previous: Mapping[str, 
     return (current, why), None
 
 
+def _surging(plan: Plan) -> bool:
+    return plan.rollout is not None and plan.rollout.extra > 0
+
+
 def _per_replica(decision: Decision | None) -> int:
     return decision.placement.gpus_per_replica if decision is not None and decision.placement is not None else 0
 
 
-def _reserve(plan: Plan, world: World, owner: tuple[str, str], serving: bool) -> tuple[Shortfall | None, bool]:
+def _reserve(plan: Plan, world: World, owner: tuple[str, str],
+             serving: bool) -> tuple[Shortfall | None, bool, str | None]:  # fmt: skip
     """Take (or keep, or release) ``owner``'s GPU reservation for this plan, before any API call: (the capacity
     the placement lacks, whether GPUs were released). Without a ledger (the CLI, tests) nothing is reserved.
 
@@ -371,14 +522,28 @@ def _reserve(plan: Plan, world: World, owner: tuple[str, str], serving: bool) ->
     serving Deployment uses; an unsatisfiable or invalid spec keeps what still serves, or holds nothing."""
     ledger = world.ledger
     if ledger is None:
-        return None, False
+        return None, False, None
     decision = plan.decision
     if decision is None or not decision.satisfiable or plan.spec is None:
-        return None, ledger.set(owner, ledger.held(owner) if serving else None)
-    want = wanted(decision, plan.replicas)
+        return None, ledger.set(owner, ledger.held(owner) if serving else None), None
+    extra = plan.rollout.extra if plan.rollout is not None else 0
+    a = plan.spec.autoscaling
+    # With spec.autoscaling the placement waits only for minReplicas' devices; what the autoscaler adds beyond is
+    # reserved as it happens (plan.replicas follows the live Deployment), and reported when the pool lacks it.
+    floor = plan.replicas if a is None else a.min_replicas
+    want = wanted(decision, plan.replicas + extra)
     held = ledger.held(owner)
     if want is not None and not (held is not None and held[0] == want[0] and held[1] >= want[1]):
-        short = shortfall(plan.spec, decision, world.cluster(), ledger, owner)
+        short = shortfall(plan.spec, decision, world.cluster(), ledger, owner, floor + extra)
         if short is not None:
-            return short, False
-    return None, ledger.set(owner, want)
+            return short, False, None
+    over = None
+    if a is not None and want is not None:
+        beyond = shortfall(plan.spec, decision, world.cluster(), ledger, owner, plan.replicas + extra)
+        if beyond is not None:
+            over = (
+                f"the autoscaler asked for {plan.replicas} replica(s) x {_per_replica(decision)} "
+                f"{beyond.product}; {beyond.free} of {beyond.allocatable} are free on the nodes it may use: the "
+                "replicas beyond stay Pending (GPUs are reserved for what the autoscaler sets, not maxReplicas)"
+            )
+    return None, ledger.set(owner, want), over

@@ -16,12 +16,14 @@ from typing import Any
 
 import yaml
 
+from inference_backend import autoscaling
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision
 from inference_backend.engines import ENGINES, EngineContainer, card
 from inference_backend.facts import pod_selector, tolerates
 from inference_backend.names import endpoint, label_value, service_name
 from inference_backend.quantity import GIB
+from inference_backend.rollout import strategy
 
 Json = dict[str, Any]
 GROUP = "serving.inferencebackend.io"
@@ -48,7 +50,7 @@ def object_names(ib: InferenceBackend) -> dict[str, str]:
     PodDisruptionBudget take the InferenceBackend's name (a subdomain of at most names.MAX_NAME characters, which
     the CRD enforces), the Service a DNS-1035 label derived from it (names.service_name)."""
     name = ib.metadata.name
-    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name}
+    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name, "ScaledObject": name}
 
 
 def service_endpoint(ib: InferenceBackend) -> str:
@@ -58,8 +60,12 @@ def service_endpoint(ib: InferenceBackend) -> str:
 
 def selector_labels(ib: InferenceBackend) -> dict[str, str]:
     """The Deployment's selector. Immutable, so it holds nothing that can change (not the engine)."""
+    return selector_of(ib.metadata.name)
+
+
+def selector_of(name: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/instance": label_value(ib.metadata.name),
+        "app.kubernetes.io/instance": label_value(name),
         "app.kubernetes.io/component": COMPONENT,
         "app.kubernetes.io/managed-by": MANAGED_BY,
     }
@@ -175,8 +181,15 @@ def _sized(volume: Json, weights: str) -> Json:
     return {**volume, "emptyDir": {**volume["emptyDir"], "sizeLimit": weights}}
 
 
-def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
-    """Everything ``render`` returns, plus the engine container, the spec hash and the notes."""
+def selector_string(name: str) -> str:
+    """The Deployment's selector as a label selector string (status.selector, the scale subresource's)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_of(name).items()))
+
+
+def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
+                  scaling: autoscaling.Settings = autoscaling.DEFAULT) -> Rendered:  # fmt: skip
+    """Everything ``render`` returns, plus the engine container, the spec hash and the notes. With
+    spec.autoscaling the Deployment has no replicas (the autoscaler owns them) and a KEDA ScaledObject follows."""
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
     spec = ib.spec
@@ -232,13 +245,16 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
 
-    deploy_spec: Json = {
-        "replicas": spec.replicas,
-        "selector": {"matchLabels": selector_labels(ib)},
-    }
-    if on_gpu:
-        # No spare GPUs to surge into: a surge pod would sit Pending on a full GPU pool, so replace one at a time.
-        deploy_spec["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    deploy_spec: Json = {} if spec.autoscaling is not None else {"replicas": spec.replicas}
+    deploy_spec["selector"] = {"matchLabels": selector_labels(ib)}
+    if surge is None and spec.rollout.strategy != "auto":
+        surge = spec.rollout.strategy == "surge"
+    if surge is None and on_gpu:
+        # Offline (no capacity known): a surge pod could sit Pending on a full GPU pool, so replace one at a time.
+        # The operator decides auto from the pool's free devices when a rollout starts (rollout.py).
+        surge = False
+    if surge is not None:
+        deploy_spec["strategy"] = strategy(surge)
     deploy_spec["template"] = template
     names = object_names(ib)
     meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
@@ -253,19 +269,27 @@ def render_result(ib: InferenceBackend, decision: Decision) -> Rendered:
         "spec": {"type": "ClusterIP", "selector": selector_labels(ib), "ports": svc_ports},
     }
     objects: list[Json] = [deployment, service]
-    if spec.replicas > 1:
+    most = spec.replicas if spec.autoscaling is None else spec.autoscaling.max_replicas
+    if most > 1:
         objects.append({
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": names["PodDisruptionBudget"], "namespace": namespace, "labels": dict(lbl)},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(ib)}},
         })  # fmt: skip
+    if spec.autoscaling is not None:
+        target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names["Deployment"]}
+        objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 
-def render(ib: InferenceBackend, decision: Decision) -> list[Json]:
-    """The Deployment, Service (and PodDisruptionBudget when replicas > 1) of one InferenceBackend."""
-    return list(render_result(ib, decision).objects)
+def render(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
+           scaling: autoscaling.Settings = autoscaling.DEFAULT) -> list[Json]:  # fmt: skip
+    """The Deployment, Service (and PodDisruptionBudget when replicas, or autoscaling.maxReplicas, > 1) of one
+    InferenceBackend, and with spec.autoscaling its KEDA ScaledObject. ``surge``: the rollout strategy the operator
+    chose (rollout.py); None renders spec.rollout as it can be offline. ``scaling``: the operator's Prometheus
+    settings for the ScaledObject."""
+    return list(render_result(ib, decision, surge, scaling).objects)
 
 
 # libyaml's emitter when PyYAML was built with it (same output, ~10x faster); the pure-Python one otherwise.

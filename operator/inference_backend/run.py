@@ -10,6 +10,7 @@ import secrets
 import kopf
 from prometheus_client import start_http_server
 
+from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
 from inference_backend.reconcile import UNSCHEDULABLE_GRACE
 
 
@@ -34,6 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds every pod of a placement may stay unschedulable for want of nodes (not volumes) before the "
         f"backend is placed elsewhere (default {UNSCHEDULABLE_GRACE:.0f}; env IB_UNSCHEDULABLE_GRACE_SECONDS)",
     )
+    parser.add_argument(
+        "--prometheus-address",
+        default=os.environ.get("IB_PROMETHEUS_ADDRESS", DEFAULT_PROMETHEUS),
+        help="the Prometheus the KEDA ScaledObjects of spec.autoscaling query (serverAddress; default "
+        f"{DEFAULT_PROMETHEUS}; env IB_PROMETHEUS_ADDRESS)",
+    )
+    parser.add_argument(
+        "--autoscaling-label-matchers",
+        default=os.environ.get("IB_AUTOSCALING_LABEL_MATCHERS", DEFAULT_MATCHERS),
+        help="PromQL label matchers selecting one backend's engine series, with {namespace}, {name} and {instance} "
+        f"filled in (default {DEFAULT_MATCHERS}; env IB_AUTOSCALING_LABEL_MATCHERS)",
+    )
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
 
@@ -45,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port)
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     os.environ["IB_UNSCHEDULABLE_GRACE_SECONDS"] = str(args.unschedulable_grace_seconds)  # read at startup
+    os.environ["IB_PROMETHEUS_ADDRESS"] = args.prometheus_address
+    os.environ["IB_AUTOSCALING_LABEL_MATCHERS"] = args.autoscaling_label_matchers
     priority = args.priority if args.priority is not None else secrets.randbelow(2**31 - 1) + 1
     logging.getLogger(__name__).info("peering %s with priority %d", args.peering or "(standalone)", priority)
     kopf.run(

@@ -70,6 +70,8 @@ def compute(
     spec_hash: str | None = None,
     waiting: str | None = None,
     pod_problem: PodProblem | None = None,
+    selector: str | None = None,
+    autoscaling: tuple[bool, str, str] | None = None,
 ) -> dict[str, Any]:
     """The new status.
 
@@ -77,7 +79,9 @@ def compute(
     status of what was applied before (backend, decision, specHash), kept when the new decision cannot be applied
     so the status keeps describing what still serves. ``waiting`` says why a satisfiable decision is not applied
     yet (its GPUs are reserved by other InferenceBackends): phase Pending, or Degraded while the previous
-    Deployment serves. ``pod_problem`` is the worst problem of the backend's pods (inference_backend.pods.worst):
+    Deployment serves. ``selector`` is the pods' label selector (status.selector, for the scale subresource);
+    ``autoscaling`` the Autoscaling condition (status, reason, message) with spec.autoscaling. ``pod_problem`` is
+    the worst problem of the backend's pods (inference_backend.pods.worst):
     while the backend is not Ready it becomes the Ready condition's reason, and its message is appended.
     """
     conditions: list[dict[str, Any]] = []
@@ -149,8 +153,12 @@ def compute(
     else:
         phase = "Deploying"
         conditions.append(_pod_condition(serving_now, "Deploying", f"{ready}/{replicas} replicas ready", pod_problem))
+    if autoscaling is not None:
+        conditions.append(_condition("Autoscaling", *autoscaling))
     conditions.append(_condition("Reconciled", True, "Reconciled", RECONCILED))
     status.update(phase=phase, replicas=replicas, readyReplicas=ready, ready=f"{ready}/{replicas}")
+    if selector is not None:
+        status["selector"] = selector
     status["conditions"] = _with_transitions(conditions, previous, generation, now)
     return {k: v for k, v in status.items() if v is not None}
 

@@ -24,6 +24,14 @@ NAME_RULE = {
 }
 """On the InferenceBackend's root: CEL may read metadata.name there (and only there)."""
 
+SCALE = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+"""The scale subresource: `kubectl scale ib` sets spec.replicas; an HPA or KEDA reads the replicas and the pods'
+selector from the status the operator writes."""
+
 _KEEP = {
     "type", "description", "default", "enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength",
     "minItems", "maxItems", "minProperties", "maxProperties", "items", "properties", "required",
@@ -99,7 +107,8 @@ def _conditions_as_map(status: dict[str, Any]) -> None:
 
 def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[str, Any],
          columns: list[dict[str, Any]], description: str,
-         root_rules: list[dict[str, str]] | None = None) -> dict[str, Any]:  # fmt: skip
+         root_rules: list[dict[str, str]] | None = None,
+         scale: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     schema: dict[str, Any] = {
         "type": "object",
         "description": description,
@@ -138,7 +147,7 @@ def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": schema},
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": scale} if scale else {})},
                     "additionalPrinterColumns": columns,
                 }
             ],
@@ -175,7 +184,7 @@ def inference_backend_crd(rules: list[dict[str, str]], engines: str, backend: st
     return _crd(
         "InferenceBackend", "inferencebackends", "ib", spec, status, columns,
         f"InferenceBackend serves one model with the engine the operator selects ({engines}) and says why in "
-        "status.decision.", [NAME_RULE],
+        "status.decision.", [NAME_RULE], SCALE,
     )  # fmt: skip
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from inference_backend.api.common import (
     DNS_SUBDOMAIN_PATTERN,
@@ -194,6 +194,97 @@ class EngineOverrides(ApiModel):
     """Extra environment variables for the engine container."""
 
 
+ScalingMetric = Literal["queueDepth", "runningRequests", "kvCacheUsage", "ttft"]
+"""What the autoscaler scales on, each read from the chosen engine's own Prometheus metric (its card's
+``autoscaling``; docs/autoscaling.md): queueDepth (requests waiting), runningRequests (requests being generated),
+kvCacheUsage (share of the KV cache in use, percent) and ttft (p95 time to first token, milliseconds)."""
+MAX_REPLICAS = 1000
+"""The bound of spec.replicas, minReplicas and maxReplicas."""
+MAX_STABILIZATION = 3600
+"""The HPA's bound on a stabilization window (autoscaling/v2 HPAScalingRules: 0 to 3600 seconds)."""
+
+
+class ScaleToZero(ApiModel):
+    """The opt-in to autoscaling.minReplicas 0. At zero replicas no engine runs, so no engine metric exists: a
+    query on something outside the engine (the gateway's or ingress's request rate for this backend) wakes it."""
+
+    cooldown_seconds: Int = Field(ge=30, le=86400)
+    """Seconds without load (every trigger at 0) before the last replica is removed (KEDA's cooldownPeriod), 30
+    to 86400. Each wake-up is a cold start: the weights load again."""
+    wake_query: str = Field(min_length=1, max_length=MAX_STR)
+    """A PromQL query, on the operator's Prometheus, whose value is above 0 while clients want this backend (for
+    example the ingress's request rate for its host). It wakes the backend from zero to one replica; the engine
+    metric scales it from there."""
+
+
+class ScalingBehavior(ApiModel):
+    """How fast the replica count may follow the signal (the HPA's stabilization windows)."""
+
+    scale_up_stabilization_seconds: Int | None = Field(default=None, ge=0, le=MAX_STABILIZATION)
+    """Seconds of recommendations the HPA looks back over before scaling up (it takes their lowest); default 0."""
+    scale_down_stabilization_seconds: Int | None = Field(default=None, ge=0, le=MAX_STABILIZATION)
+    """Seconds of recommendations the HPA looks back over before scaling down (it takes their highest); default
+    300."""
+
+
+_AUTOSCALING_RULES = [
+    {"rule": "self.minReplicas <= self.maxReplicas",
+     "message": "autoscaling.minReplicas must be at most autoscaling.maxReplicas"},
+    {"rule": "self.minReplicas > 0 || has(self.scaleToZero)",
+     "message": "autoscaling.minReplicas 0 scales to zero: set autoscaling.scaleToZero (cooldownSeconds and "
+                "wakeQuery) to opt in"},
+    {"rule": "!has(self.scaleToZero) || self.minReplicas == 0",
+     "message": "autoscaling.scaleToZero is set: autoscaling.minReplicas must be 0"},
+    {"rule": "self.metric != 'kvCacheUsage' || self.target <= 100.0",
+     "message": "autoscaling.target is a percentage of the KV cache for metric kvCacheUsage: at most 100"},
+]  # fmt: skip
+
+
+class Autoscaling(ApiModel):
+    """Replicas that follow the load: the operator renders a KEDA ScaledObject on the chosen engine's own metric
+    and stops owning the Deployment's replicas (docs/autoscaling.md)."""
+
+    model_config = ApiModel.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": _AUTOSCALING_RULES}  # type: ignore[dict-item]
+    )
+    min_replicas: Int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    """Fewest replicas (default 1). 0 (scale to zero) needs scaleToZero and an engine whose card allows it."""
+    max_replicas: Int = Field(ge=1, le=MAX_REPLICAS)
+    """Most replicas, 1 to 1000 (GPU capacity for them is not reserved up front: docs/autoscaling.md)."""
+    metric: ScalingMetric
+    """queueDepth, runningRequests, kvCacheUsage or ttft: read from the engine's own metric."""
+    target: float = Field(gt=0, le=1_000_000)
+    """The value per replica the autoscaler holds the metric at: requests waiting (queueDepth) or running
+    (runningRequests) per replica, percent of the KV cache in use (kvCacheUsage, at most 100), or the p95 time to
+    first token in milliseconds (ttft)."""
+    scale_to_zero: ScaleToZero | None = None
+    """The opt-in to minReplicas 0, with its cooldown and the query that wakes the backend."""
+    behavior: ScalingBehavior = sub(ScalingBehavior)
+    """Stabilization windows."""
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> Autoscaling:  # mirrors the CEL rules above, for the offline CLI
+        for rule, field in zip(_AUTOSCALING_RULES, (
+            self.min_replicas <= self.max_replicas,
+            self.min_replicas > 0 or self.scale_to_zero is not None,
+            self.scale_to_zero is None or self.min_replicas == 0,
+            self.metric != "kvCacheUsage" or self.target <= 100,
+        ), strict=True):  # fmt: skip
+            if not field:
+                raise ValueError(rule["message"])
+        return self
+
+
+class Rollout(ApiModel):
+    """How a change of the pod template replaces the pods (docs/rollouts.md)."""
+
+    strategy: Literal["auto", "surge", "recreate"] = "auto"
+    """surge: start a new pod before stopping an old one (needs room for one more replica, GPUs included; while
+    there is none, the change waits and the old pods keep serving). recreate: stop one old pod, then start its
+    replacement (no extra GPUs; a one-replica backend is down meanwhile). auto: surge when the placement's pool has
+    free devices for one more replica when the rollout starts (always on CPU), else recreate."""
+
+
 class InferenceBackendSpec(ApiModel):
     """The desired serving of one model."""
 
@@ -217,12 +308,17 @@ class InferenceBackendSpec(ApiModel):
     """Prefix caching."""
     speculative_decoding: SpeculativeDecoding | None = None
     """Speculative decoding; absent means off."""
-    replicas: Int = Field(default=1, ge=0, le=1000)
-    """Engine replicas."""
+    replicas: Int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    """Engine replicas (what `kubectl scale ib` sets, through the scale subresource). With spec.autoscaling the
+    autoscaler sets the Deployment's replicas instead, and this field is not used."""
     engine: EngineOverrides = sub(EngineOverrides)
     """Escape hatches for the engine container."""
     resources: ResourceRequirements | None = None
     """Override the engine container's requests/limits (default: derived from the decision)."""
+    rollout: Rollout = sub(Rollout)
+    """How pods are replaced when the pod template changes."""
+    autoscaling: Autoscaling | None = None
+    """Replicas that follow the load (absent: spec.replicas, fixed)."""
 
 
 class Rejection(ApiModel):
@@ -304,6 +400,30 @@ class Decision(ApiModel):
     """The placement left for this one, when its pods stayed unschedulable past the grace period."""
 
 
+class RolloutStatus(ApiModel):
+    """The rollout strategy in effect (spec.rollout resolved)."""
+
+    strategy: Literal["surge", "recreate"]
+    """surge (maxSurge 1, maxUnavailable 0) or recreate (maxSurge 0, maxUnavailable 1)."""
+    reason: str = Field(max_length=MAX_REASON)
+    """Why: the spec's choice, or what auto found (the free devices of the pool)."""
+
+
+class AutoscalingStatus(ApiModel):
+    """The autoscaler the operator rendered for spec.autoscaling, as last applied."""
+
+    scaled_object: str = Field(max_length=253)
+    """The KEDA ScaledObject's name (in the backend's namespace)."""
+    target: str = Field(max_length=300)
+    """What it scales: Deployment/<name>."""
+    metric: str = Field(max_length=MAX_REASON)
+    """The engine metric the trigger reads, and its source."""
+    query: str = Field(max_length=4096)
+    """The PromQL query of the trigger."""
+    applied_hash: str = Field(max_length=64)
+    """Hash of the ScaledObject last applied (the operator applies it again only when it changes)."""
+
+
 class InferenceBackendStatus(ApiModel):
     """Observed state, written by the operator only."""
 
@@ -318,7 +438,10 @@ class InferenceBackendStatus(ApiModel):
     endpoint: str | None = Field(default=None, max_length=MAX_STR)
     """In-cluster URL of the OpenAI-compatible API."""
     replicas: Int | None = Field(default=None, ge=0, le=INT64_MAX)
-    """Desired replicas."""
+    """Desired replicas: the Deployment's (the scale subresource's status.replicas)."""
+    selector: str | None = Field(default=None, max_length=MAX_STR)
+    """The label selector of the backend's pods, as a string (the scale subresource's labelSelectorPath, which an
+    HPA on the InferenceBackend reads)."""
     ready_replicas: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """Replicas ready to serve."""
     ready: str | None = Field(default=None, max_length=64)
@@ -326,7 +449,11 @@ class InferenceBackendStatus(ApiModel):
     spec_hash: str | None = Field(default=None, max_length=128)
     """Hash of the rendered pod template last applied."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
-    """BackendSelected, Fits, SpeculativeDecoding and Ready."""
+    """BackendSelected, Fits, SpeculativeDecoding, Ready, Reconciled and (with spec.autoscaling) Autoscaling."""
+    rollout: RolloutStatus | None = None
+    """The strategy of the Deployment's rollouts, and why."""
+    autoscaling: AutoscalingStatus | None = None
+    """The autoscaler rendered for spec.autoscaling (absent without it)."""
 
 
 class InferenceBackend(ApiModel):

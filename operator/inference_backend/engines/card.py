@@ -37,6 +37,43 @@ class Profile:
     """CPU rows: the cores the reference measurement used (the selection scales by a node's cores over these)."""
 
 
+Signal = Literal["queueDepth", "runningRequests", "kvCacheUsage", "ttft"]
+"""spec.autoscaling.metric values (the API's ScalingMetric)."""
+SIGNALS: tuple[Signal, ...] = ("queueDepth", "runningRequests", "kvCacheUsage", "ttft")
+
+
+@dataclass(frozen=True)
+class ScalingSignal:
+    """One engine metric an autoscaler reads for a spec.autoscaling.metric value."""
+
+    metric: str
+    """The Prometheus family as the engine exposes it on its metrics endpoint (a histogram's base name)."""
+    kind: Literal["gauge", "histogram"]
+    """gauge: summed over the backend's pods and divided by the replicas (the target is per replica); histogram:
+    its p95 over the backend's pods (the target is the value to hold)."""
+    scale: float
+    """Factor from the engine's unit to the target's: 100 for a 0-1 ratio (the target is a percent), 1000 for
+    seconds (the target is milliseconds), 1 otherwise."""
+    source: str
+    """Where the engine defines it: file and pinned version."""
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    """What an autoscaler can read from the engine, and whether it may scale to zero."""
+
+    signals: Mapping[Signal, ScalingSignal]
+    """The spec.autoscaling.metric values the engine has a metric for; a value missing here is refused, naming
+    spec.autoscaling.metric."""
+    lacks: str
+    """Why the missing signals are missing ("" when it has all four)."""
+    scale_to_zero: bool
+    """Whether spec.autoscaling.minReplicas 0 is allowed: a cold start (weights loaded again, no compile or graph
+    capture) short enough for the first request after a wake-up to wait for."""
+    cold_start: str
+    """What a cold start of one replica costs, the reason for ``scale_to_zero``."""
+
+
 REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "this project's 2-core build machine, scaled to 7B"}
 NOT_MEASURED_ON_GPU = "estimate: not measured on a GPU yet (bench/gpu/h200.sh measures it when a GPU is lent); "
 
@@ -99,6 +136,8 @@ class EngineCard:
     "restricted" namespace admits them); None where the pinned image needs root, with the reason in ``run_as``."""
     run_as: str
     """Why: the image's USER (with its source), or what in the image needs root."""
+    autoscaling: Autoscaling
+    """The metrics spec.autoscaling scales on (each with its source) and whether it may scale to zero."""
 
     @property
     def gpu_required(self) -> bool:
@@ -114,6 +153,16 @@ class EngineCard:
                 out.append(f"profiles[{acc}]")
         if "gpu" in self.accelerators and self.devices.get("nvidia") != self.images.get("gpu"):
             out.append("devices[nvidia]")
+        a = self.autoscaling
+        if not a.signals:
+            out.append("autoscaling.signals")
+        if not a.cold_start:
+            out.append("autoscaling.cold_start")
+        if len(a.signals) < len(SIGNALS) and not a.lacks:
+            out.append("autoscaling.lacks")
+        for signal, sig in a.signals.items():
+            if signal not in SIGNALS or not sig.metric or not sig.source or sig.scale <= 0:
+                out.append(f"autoscaling.signals[{signal}]")
         return out
 
 
@@ -130,11 +179,15 @@ def _empty(value: object) -> bool:
 __all__ = [
     "NOT_MEASURED_ON_GPU",
     "REFERENCE",
+    "SIGNALS",
     "Accelerator",
+    "Autoscaling",
     "Endpoints",
     "EngineCard",
     "Float32OnGpu",
     "GpuVendor",
     "Profile",
     "Renderer",
+    "ScalingSignal",
+    "Signal",
 ]  # fmt: skip

@@ -30,7 +30,14 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, GpuVendor, Profile
+from inference_backend.engines.card import (
+    NOT_MEASURED_ON_GPU,
+    Autoscaling,
+    EngineCard,
+    GpuVendor,
+    Profile,
+    ScalingSignal,
+)
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "llamacpp"
@@ -199,6 +206,23 @@ RUN_AS = (
 """Why its pods run as they do (card field run_as)."""
 
 
+# tools/server/server-task.cpp (the metrics gauges, served with --metrics, rendered above) of the pinned build, as
+# vendored by llama-cpp-python 0.3.36 (hack/llama-cpp.version): requests_processing counts the busy slots,
+# requests_deferred the tasks waiting for a free slot.
+_SERVER_TASK = f"tools/server/server-task.cpp, llama.cpp {VERSION}"
+AUTOSCALING = Autoscaling(
+    signals={
+        "queueDepth": ScalingSignal("llamacpp:requests_deferred", "gauge", 1, _SERVER_TASK),
+        "runningRequests": ScalingSignal("llamacpp:requests_processing", "gauge", 1, _SERVER_TASK),
+    },
+    lacks=f"llama.cpp {VERSION} has no KV cache usage gauge (kv_cache_usage_ratio was removed upstream before this "
+          "build) and no time-to-first-token histogram",
+    scale_to_zero=True,
+    cold_start="seconds for the GGUF models it serves: the file is memory-mapped, no compile or graph capture "
+               "(plus the download when the weights are not on a cache volume)",
+)  # fmt: skip
+
+
 CARD = EngineCard(
     name=ENGINE, title="llama.cpp", version=VERSION,
     formats=frozenset({"gguf"}), accelerators=frozenset({"gpu", "cpu"}),
@@ -212,7 +236,7 @@ CARD = EngineCard(
         "cpu": Profile(**MEASURED_CPU[ENGINE]),
     },
     layer_split=True, slots=True,
-    run_as_user=65534, run_as=RUN_AS,
+    run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING,
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
 )  # fmt: skip

@@ -49,4 +49,7 @@ CARD = EngineCard(
     summary="ONNX models on CPU or one GPU: dynamic and static batching, prefix cache",
     render=container, layer_split=False, slots=False,
     run_as_user=10001, run_as="images/onnxruntime-server/Dockerfile: USER 10001",
+    autoscaling=runners.autoscaling(
+        "seconds for the models it serves: one ONNX Runtime session is created from the file, no compile step"
+    ),
 )  # fmt: skip

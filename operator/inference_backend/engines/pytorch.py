@@ -57,4 +57,8 @@ CARD = EngineCard(
     summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
     render=container, layer_split=False, slots=False,
     run_as_user=10001, run_as="images/pytorch-runner/Dockerfile: USER 10001",
+    autoscaling=runners.autoscaling(
+        "seconds to a minute for the small models it is the fallback for: Transformers loads the safetensors, "
+        "no compile or graph capture"
+    ),
 )  # fmt: skip

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import InvalidSpec
-from inference_backend.engines.card import EngineCard
+from inference_backend.engines.card import SIGNALS, EngineCard
 
 QUANTIZED_KV_DTYPES = ("q8_0", "q4_0")
 """Block-quantized KV cache types: only the engines whose card lists them have them."""
@@ -62,6 +62,29 @@ def spec_rules(registry: Sequence[EngineCard]) -> tuple[Rule, ...]:
             f"backend {_and(gpu_only)} need{'s' if len(gpu_only) == 1 else ''} a GPU: hardware.accelerator cannot "
             "be cpu",
             lambda s: s.hardware.accelerator != "cpu" or s.backend not in gpu_only,
+        ))  # fmt: skip
+    for signal in SIGNALS:
+        without = [c.name for c in registry if signal not in c.autoscaling.signals]
+        if not without:
+            continue
+        has = [c.name for c in registry if c.name not in without]
+        rules.append(Rule(
+            "spec.autoscaling.metric",
+            f"!has(self.autoscaling) || self.autoscaling.metric != '{signal}' || !(self.backend in {_quoted(without)})",
+            f"autoscaling.metric {signal}: {_and(without)} expose{'s' if len(without) == 1 else ''} no such metric: "
+            f"backend must be {_or([*has, 'auto'])}, or another metric",
+            lambda s, signal=signal, without=without: (  # type: ignore[misc]
+                s.autoscaling is None or s.autoscaling.metric != signal or s.backend not in without),
+        ))  # fmt: skip
+    cold = [c.name for c in registry if not c.autoscaling.scale_to_zero]
+    if cold:
+        warm = [c.name for c in registry if c.name not in cold]
+        rules.append(Rule(
+            "spec.autoscaling.minReplicas",
+            f"!has(self.autoscaling) || self.autoscaling.minReplicas > 0 || !(self.backend in {_quoted(cold)})",
+            f"autoscaling.minReplicas 0: {_and(cold)} cold-start in minutes, too long for a request to wait "
+            f"(docs/autoscaling.md): backend must be {_or([*warm, 'auto'])}, or minReplicas at least 1",
+            lambda s: s.autoscaling is None or s.autoscaling.min_replicas > 0 or s.backend not in cold,
         ))  # fmt: skip
     return tuple(rules)
 

@@ -25,6 +25,7 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
+from inference_backend.engines.card import Autoscaling, ScalingSignal, Signal
 
 VERSION = __version__
 # common/server.py: GET /health (503 until loaded), GET /metrics, both on the API port.
@@ -79,3 +80,24 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
         decision=decision, spec=spec, notes=notes, init=init, endpoints=ENDPOINTS,
         volumes=merge_named(art_vols, shm_vols), mounts=merge_named(art_mounts, shm_mounts),
     )  # fmt: skip
+
+
+# runners/common/metrics.py: vLLM's names, types and buckets (docs/metrics.md; checked against vLLM 0.33.0 by
+# tests/contracts/test_runner_metrics_contract.py).
+_METRICS = f"inference_backend/runners/common/metrics.py (vLLM 0.33's names), inference-backend {VERSION}"
+SIGNALS: dict[Signal, ScalingSignal] = {
+    "queueDepth": ScalingSignal("vllm:num_requests_waiting", "gauge", 1, _METRICS),
+    "runningRequests": ScalingSignal("vllm:num_requests_running", "gauge", 1, _METRICS),
+    "kvCacheUsage": ScalingSignal(
+        "vllm:kv_cache_usage_perc",
+        "gauge",
+        100,
+        _METRICS + " (KV tokens reserved by admitted requests over the budget, a 0-1 ratio)",
+    ),
+    "ttft": ScalingSignal("vllm:time_to_first_token_seconds", "histogram", 1000, _METRICS),
+}
+"""The signals both runners have (the ONNX Runtime server and the PyTorch runner share the metrics module)."""
+
+
+def autoscaling(cold_start: str) -> Autoscaling:
+    return Autoscaling(SIGNALS, lacks="", scale_to_zero=True, cold_start=cold_start)

@@ -28,7 +28,7 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import EngineCard, Profile
+from inference_backend.engines.card import Autoscaling, EngineCard, Profile, ScalingSignal
 
 ENGINE = "sglang"
 OWN_HF_LOADER = True  # --model-path takes a Hugging Face repo id and downloads it (fields/model.py model_path)
@@ -153,6 +153,20 @@ RUN_AS = (
 """Why its pods run as they do (card field run_as)."""
 
 
+# Metrics need --enable-metrics (rendered above).
+_COLLECTOR = "sglang/srt/observability/metrics_collector.py (SchedulerMetricsCollector), SGLang " + VERSION
+AUTOSCALING = Autoscaling(
+    signals={
+        "queueDepth": ScalingSignal("sglang:num_queue_reqs", "gauge", 1, _COLLECTOR),
+        "runningRequests": ScalingSignal("sglang:num_running_reqs", "gauge", 1, _COLLECTOR),
+        "kvCacheUsage": ScalingSignal("sglang:token_usage", "gauge", 100, _COLLECTOR),
+        "ttft": ScalingSignal("sglang:time_to_first_token_seconds", "histogram", 1000,
+                              _COLLECTOR.replace("SchedulerMetricsCollector", "TokenizerMetricsCollector")),
+    },
+    lacks="", scale_to_zero=False,
+    cold_start="minutes: the weights loaded onto the GPUs, then CUDA graph capture before the first request",
+)  # fmt: skip
+
 CARD = EngineCard(
     name=ENGINE, title="SGLang", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -165,5 +179,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS,
+    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING,
 )  # fmt: skip

@@ -26,7 +26,7 @@ from inference_backend.engines.base import (
     merge_named,
     placement,
 )
-from inference_backend.engines.card import EngineCard, Profile
+from inference_backend.engines.card import Autoscaling, EngineCard, Profile, ScalingSignal
 
 ENGINE = "tgi"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -139,6 +139,21 @@ RUN_AS = (
 """Why its pods run as they do (card field run_as)."""
 
 
+# huggingface/text-generation-inference v3.3.7: backends/v3/src/queue.rs sets the tgi_queue_size gauge,
+# backends/v3/src/backend.rs tgi_batch_current_size; router/src/server.rs describes both.
+_TGI = "TGI " + VERSION
+AUTOSCALING = Autoscaling(
+    signals={
+        "queueDepth": ScalingSignal("tgi_queue_size", "gauge", 1, "backends/v3/src/queue.rs, " + _TGI),
+        "runningRequests": ScalingSignal("tgi_batch_current_size", "gauge", 1,
+                                         "backends/v3/src/backend.rs, " + _TGI),
+    },
+    lacks=f"{_TGI} has no KV cache usage gauge and no time-to-first-token histogram (router/src/server.rs describes "
+          "every metric it exports)",
+    scale_to_zero=False,
+    cold_start="minutes: the weights loaded onto the GPUs, then the warmup prefill of the whole token budget",
+)  # fmt: skip
+
 CARD = EngineCard(
     name=ENGINE, title="TGI", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -151,5 +166,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS,
+    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING,
 )  # fmt: skip

@@ -29,7 +29,7 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import EngineCard, GpuVendor, Profile
+from inference_backend.engines.card import Autoscaling, EngineCard, GpuVendor, Profile, ScalingSignal
 
 ENGINE = "vllm"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -188,6 +188,19 @@ RUN_AS = (
 """Why its pods run as they do (card field run_as)."""
 
 
+_LOGGERS = "vllm/v1/metrics/loggers.py (PrometheusStatLogger), vLLM " + VERSION
+AUTOSCALING = Autoscaling(
+    signals={
+        "queueDepth": ScalingSignal("vllm:num_requests_waiting", "gauge", 1, _LOGGERS),
+        "runningRequests": ScalingSignal("vllm:num_requests_running", "gauge", 1, _LOGGERS),
+        "kvCacheUsage": ScalingSignal("vllm:kv_cache_usage_perc", "gauge", 100, _LOGGERS),
+        "ttft": ScalingSignal("vllm:time_to_first_token_seconds", "histogram", 1000, _LOGGERS),
+    },
+    lacks="", scale_to_zero=False,
+    cold_start="minutes: the multi-GB image, the weights loaded onto the GPUs, then torch.compile and CUDA graph "
+               "capture before the first request",
+)  # fmt: skip
+
 CARD = EngineCard(
     name=ENGINE, title="vLLM", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -199,5 +212,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS,
+    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING,
 )  # fmt: skip

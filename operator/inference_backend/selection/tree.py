@@ -119,6 +119,12 @@ def select(
             rejected[engine] = f"format {model.format} is not one it serves ({', '.join(sorted(caps.formats))})"
         elif model.quantization not in caps.quantizations:
             rejected[engine] = f"quantization {model.quantization} is not one it runs"
+        elif spec.autoscaling is not None and spec.autoscaling.metric not in caps.autoscaling.signals:
+            rejected[engine] = (f"it exposes no {spec.autoscaling.metric} metric to autoscale on "
+                                f"(spec.autoscaling.metric; {caps.autoscaling.lacks})")  # fmt: skip
+        elif spec.autoscaling is not None and spec.autoscaling.min_replicas == 0 and not caps.autoscaling.scale_to_zero:
+            rejected[engine] = (f"it may not scale to zero (spec.autoscaling.minReplicas 0): its cold start takes "
+                                f"{caps.autoscaling.cold_start}")  # fmt: skip
     candidates = [e for e in ENGINES if e not in rejected]
     reasons.append(f"format {model.format}, quantization {model.quantization}: candidates "
                    f"{', '.join(candidates) or 'none'}")  # fmt: skip
