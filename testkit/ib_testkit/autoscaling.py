@@ -181,17 +181,29 @@ def make_certs(out: Path, ips: list[str], dns: list[str]) -> Path:
 # ---------------------------------------------------------------- Prometheus
 
 
-def start_prometheus(workdir: Path, targets: dict[str, str], scrape_interval: str = "1s") -> tuple[Proc, str]:
-    """Prometheus scraping each job's host:port every scrape_interval; returns it and its base URL."""
+def start_prometheus(
+    workdir: Path,
+    targets: dict[str, tuple[str, dict[str, str]]],
+    scrape_interval: str = "1s",
+    port: int | None = None,
+) -> tuple[Proc, str]:
+    """Prometheus on 127.0.0.1:port scraping each job's (host:port, extra target labels) every scrape_interval;
+    returns it and its base URL."""
+    import yaml
+
     workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    jobs = "".join(
-        f"  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n" for job, target in targets.items()
-    )
+    port = port or free_port()
     config = workdir / "prometheus.yml"
     config.write_text(
-        f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: {scrape_interval}\n"
-        f"scrape_configs:\n{jobs}"
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+                "scrape_configs": [
+                    {"job_name": job, "static_configs": [{"targets": [target], "labels": labels}]}
+                    for job, (target, labels) in targets.items()
+                ],
+            }
+        )
     )
     proc = Proc(
         "prometheus",
