@@ -245,6 +245,7 @@ def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str
     cmd = [str(runners_venv() / "bin" / "python"), "-m", "inference_backend.cli", "bench", "--url", url,
            "--model", "tiny", "--processor", str(model), "--concurrency", str(CONCURRENCY),
            "--seconds", str(BURST_SECONDS), "--prompt-tokens", "32", "--output-tokens", "96", "--no-progress",
+           "--extra-body", '{"ignore_eos": true}',
            "--out", str(workdir / "bench")]  # fmt: skip
     t_load = t_end = 0.0
     up = down = t_peak = None
