@@ -116,6 +116,21 @@ def keda(chain_ready: None, workdir: Path, kube_http: Any) -> Iterator[Keda]:
 
 
 @pytest.fixture(scope="module")
+def cpu_nodes(chain_ready: None) -> Iterator[list[str]]:
+    """Three more KWOK CPU nodes, so that the replicas the HPA asks for can all be scheduled and Ready."""
+    import yaml
+    from ib_testkit.kwok_nodes import node
+
+    names = [f"autoscale-cpu-{i}" for i in range(1, MAX_REPLICAS)]
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([node("cpu", n) for n in names]))
+    try:
+        kubectl("wait", "--for=condition=Ready", "--timeout=60s", *(f"node/{n}" for n in names))
+        yield names
+    finally:
+        kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
 def operator(keda: Keda, sa_kubeconfig: str, e2e_dir: Path, prometheus_port: int) -> Iterator[Operator]:
     """The operator (as conftest's), its ScaledObjects pointed at this module's Prometheus, started after KEDA's
     CRDs exist."""
@@ -172,6 +187,7 @@ def test_engine_queue_scales_backend_up_and_down(
     chain_ready: None,
     engine: tuple[str, Path],
     keda: Keda,
+    cpu_nodes: list[str],
     operator: Operator,
     prometheus_port: int,
     ns: str,
@@ -181,6 +197,7 @@ def test_engine_queue_scales_backend_up_and_down(
     started = time.monotonic()
     url, model = engine
     doc = example("pytorch-research.yaml", ns)
+    doc["spec"].setdefault("hardware", {})["accelerator"] = "cpu"  # replicas fit on the KWOK CPU node
     name = doc["metadata"]["name"]
     doc["spec"]["autoscaling"] = {
         "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS, "metric": "queueDepth", "target": TARGET,
@@ -217,25 +234,46 @@ def test_engine_queue_scales_backend_up_and_down(
         path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/{ns}/{metric_name}?labelSelector={selector}"
         raw = json.loads(kubectl("get", "--raw", path))
         assert raw["items"] and raw["items"][0]["metricName"] == metric_name, raw
-        report = run_burst(ns, deploy, url, model, prom, query, keda, wait_until, workdir, started)
+        run_burst(ns, deploy, url, model, prom, query, keda, wait_until, workdir, started)
     finally:
         prom_proc.stop()
-    print("\n" + report)
 
 
 def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str, keda: Keda, wait_until: Any,
-              workdir: Path, started: float) -> str:  # fmt: skip
+              workdir: Path, started: float) -> None:  # fmt: skip
     tl = Timeline()
     stop = threading.Event()
 
+    def pods() -> str:
+        """Where the backend's pods are: phase@node (or the reason they are not scheduled), counted."""
+        counts: dict[str, int] = {}
+        for p in get_json("pods", "-n", ns)["items"]:
+            if p["metadata"].get("deletionTimestamp"):
+                continue
+            conds = {c["type"]: c for c in p.get("status", {}).get("conditions", [])}
+            where = p["spec"].get("nodeName") or conds.get("PodScheduled", {}).get("reason", "unscheduled")
+            key = f"{p['status'].get('phase')}@{where}"
+            counts[key] = counts.get(key, 0) + 1
+        return ", ".join(f"{n}x {k}" for k, n in sorted(counts.items()))
+
     def watch() -> None:
+        busy = False
+        last_spec = None
         while not stop.is_set():
             try:
                 d = get_json("deployment", deploy, "-n", ns)
                 m = promql(prom, query)
-                tl.samples.append(
-                    (time.monotonic() - tl.t0, d["spec"]["replicas"], d["status"].get("readyReplicas", 0), m)
-                )
+                t = time.monotonic() - tl.t0
+                tl.samples.append((t, d["spec"]["replicas"], d["status"].get("readyReplicas", 0), m))
+                if m and not busy:
+                    busy = True
+                    tl.mark(f"engine queue seen by Prometheus: {query} = {m:g}")
+                elif busy and m == 0:
+                    busy = False
+                    tl.mark("engine queue empty again (Prometheus)")
+                if last_spec is not None and d["spec"]["replicas"] != last_spec:
+                    tl.mark(f"replicas {last_spec} -> {d['spec']['replicas']} (pods: {pods()})")
+                last_spec = d["spec"]["replicas"]
             except Exception as e:  # a transient read error is a gap in the timeline, not a failure
                 tl.mark(f"watch error: {e!r}")
             stop.wait(0.5)
@@ -281,4 +319,3 @@ def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str
     assert up is not None, f"the Deployment never scaled up during the burst\n{report}"
     assert peak >= 3, f"peak {peak} replicas: expected {MAX_REPLICAS} at concurrency {CONCURRENCY}\n{report}"
     assert down is not None and down[0] >= t_end, f"did not scale back down after the burst\n{report}"
-    return report
