@@ -297,7 +297,8 @@ def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str
 
         def scaled_down() -> bool:
             keda.check_alive()
-            return tl.first(lambda r: r == MIN_REPLICAS, after=t_end) is not None
+            first_up = tl.first(lambda r: r > MIN_REPLICAS, after=t_load)
+            return first_up is not None and tl.first(lambda r: r == MIN_REPLICAS, after=first_up[0]) is not None
 
         wait_until("the Deployment to scale back down after the burst", scaled_down, timeout=120)
     finally:
@@ -307,15 +308,23 @@ def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str
         peak = max((s[1] for s in tl.samples), default=0)
         t_peak = tl.first(lambda r: r == peak, after=t_load)
         down = tl.first(lambda r: r == MIN_REPLICAS, after=t_peak[0] if t_peak else t_load)
+        seen = next((t for t, what in tl.events if what.startswith("engine queue seen")), None)
+        empty = next((t for t, what in tl.events if what.startswith("engine queue empty")), None)
         if up:
-            tl.mark(f"first scale-up: {up[1]} replicas ({up[0] - t_load:.1f}s after load start)")
+            after = f", {up[0] - seen:.1f}s after Prometheus saw the queue" if seen is not None else ""
+            tl.events.append(
+                (up[0], f"first scale-up: {up[1]} replicas ({up[0] - t_load:.1f}s after load start{after})")
+            )
         if t_peak:
-            tl.mark(f"peak: {peak} replicas ({t_peak[0] - t_load:.1f}s after load start)")
+            tl.events.append((t_peak[0], f"peak: {peak} replicas"))
         if down and peak > MIN_REPLICAS:
-            tl.mark(f"scaled down to {MIN_REPLICAS} ({down[0] - t_end:.1f}s after load end)")
+            after = f", {down[0] - empty:.1f}s after the queue emptied" if empty is not None else ""
+            tl.events.append((down[0], f"scaled down to {MIN_REPLICAS} (bench exit {down[0] - t_end:+.1f}s{after})"))
         report = f"autoscaling timeline (test took {time.monotonic() - started:.0f}s):\n{tl.render()}"
         print("\n" + report)
         (workdir / "timeline.txt").write_text(report + "\n")
     assert up is not None, f"the Deployment never scaled up during the burst\n{report}"
     assert peak >= 3, f"peak {peak} replicas: expected {MAX_REPLICAS} at concurrency {CONCURRENCY}\n{report}"
-    assert down is not None and down[0] >= t_end, f"did not scale back down after the burst\n{report}"
+    # The burst ends when the engine's queue empties (bench exits a few seconds later, after writing its report).
+    emptied = next((t for t, what in tl.events if what.startswith("engine queue empty")), t_end)
+    assert down is not None and down[0] >= emptied, f"did not scale back down after the burst\n{report}"
