@@ -21,6 +21,7 @@ KWOK_VERSION=$(modver kwok sigs.k8s.io/kwok)
 HELM_VERSION=$(modver helm helm.sh/helm/v4)
 KEDA_VERSION=$(modver keda github.com/kedacore/keda/v2)
 PROMETHEUS_VERSION=$(modver prometheus github.com/prometheus/prometheus)
+KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
@@ -33,13 +34,14 @@ binpath() {
     helm) v=$HELM_VERSION ;;
     keda-operator | keda-adapter) v=$KEDA_VERSION ;;
     prometheus) v=$PROMETHEUS_VERSION ;;
+    kube-score) v=$KUBE_SCORE_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
     *) echo "binpath: unknown binary $1" >&2; return 1 ;;
   esac
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm keda-operator keda-adapter prometheus)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score keda-operator keda-adapter prometheus)
 
 # KEDA's CRDs (config/crd/bases of the KEDA module, copied from GOMODCACHE by e2e/build-binaries next to the
 # binaries it built; e2e/test_autoscaling.py applies them).

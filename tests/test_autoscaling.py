@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ib_testkit import ROOT
 from ib_testkit.factories import MODELS, node
 from inference_backend import autoscaling
@@ -294,6 +295,11 @@ class Recorder:
             raise _NotFound()
         self.calls.append(("apply", obj))
 
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        if obj["kind"] == "ScaledObject" and self.scaler_missing:
+            raise _NotFound()
+        return None
+
     async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
         self.calls.append(("handoff", (obj["kind"], replicas)))
 
@@ -304,15 +310,15 @@ class Recorder:
         self.statuses.append(status)
 
 
-class _Status:
-    code = 404
-    reason = "NotFound"
-    message = "the server could not find the requested resource"
-    details = None
+def _NotFound() -> Exception:
+    """What lightkube raises when the API server does not serve the resource type: its plain 404 page has no Status
+    body, so the HTTP library's error comes through (seen on the e2e cluster without the KEDA CRD)."""
+    import httpx2
 
-
-class _NotFound(Exception):
-    status = _Status()
+    url = "https://127.0.0.1/apis/keda.sh/v1alpha1/namespaces/ns/scaledobjects/chat"
+    request = httpx2.Request("PATCH", url)
+    response = httpx2.Response(404, text="404 page not found", request=request)
+    return httpx2.HTTPStatusError("Client error '404 Not Found'", request=request, response=response)
 
 
 def _body(sp: dict[str, Any], status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
@@ -421,3 +427,20 @@ def test_gpu_reservation_follows_the_autoscaler_and_reports_overcommit() -> None
     cond = {c["type"]: c for c in out.status["conditions"]}["Autoscaling"]
     assert cond["reason"] == "CapacityExceeded" and "asked for 4 replica(s)" in cond["message"]
     assert "2 of 4 are free" in cond["message"]
+
+
+def test_cli_render_takes_the_operators_prometheus_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    from inference_backend.cli import main
+
+    examples = ROOT / "docs/examples"
+    args = ["-f", str(examples / "vllm-autoscaled.yaml"), "--nodes", str(examples / "nodes/mixed.yaml"),
+            "--models", str(examples / "models.yaml")]  # fmt: skip
+    code = main(["render", *args, "--prometheus-address", "http://prom:9090",
+                 "--autoscaling-label-matchers", 'ns="{namespace}"'])  # fmt: skip
+    assert code == 0
+    docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    (so,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert so["spec"]["triggers"][0]["metadata"]["serverAddress"] == "http://prom:9090"
+    assert so["spec"]["triggers"][0]["metadata"]["query"] == 'sum(vllm:num_requests_waiting{ns="default"})'
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert "replicas" not in dep["spec"]

@@ -27,6 +27,9 @@ class SlowRecorder:
         await asyncio.sleep(0.01)
         self.applied.append((obj["metadata"]["name"], obj["kind"]))
 
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        return None
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await asyncio.sleep(0.01)
         self.statuses[name] = status

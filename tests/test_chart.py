@@ -72,6 +72,17 @@ def test_values_schema_rejects_bad_values() -> None:
     assert res.returncode != 0 and "debounceSeconds" in res.stderr
     res = helm("template", "ib", str(CHART), "--set", "nonsense=1")
     assert res.returncode != 0
+    res = helm("template", "ib", str(CHART), "--set", "autoscaling.prometheusAddress=prometheus:9090")
+    assert res.returncode != 0 and "autoscaling/prometheusAddress" in res.stderr
+
+
+@needs_helm
+def test_autoscaling_values_reach_the_operator() -> None:
+    docs = template("autoscaling.prometheusAddress=http://prom.mon.svc:9090")
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["IB_PROMETHEUS_ADDRESS"] == "http://prom.mon.svc:9090"
+    assert env["IB_AUTOSCALING_LABEL_MATCHERS"] == 'namespace="{namespace}",app_kubernetes_io_instance="{instance}"'
 
 
 @needs_helm
@@ -88,14 +99,61 @@ def test_namespaced_install_and_argocd_snippet() -> None:
     )
 
 
-def test_rbac_is_least_privilege() -> None:
-    text = (CHART / "templates/rbac.yaml").read_text().split("---")[0]
-    rules = yaml.safe_load("\n".join(line for line in text.splitlines() if "{{" not in line))["rules"]
-    verbs = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in rules}
-    scaler = verbs.pop((("keda.sh",), ("scaledobjects",)))
-    assert scaler == {"create", "patch", "delete"}, "a ScaledObject is deleted when spec.autoscaling is removed"
-    assert not any("*" in v or "delete" in v or "update" in v for v in verbs.values()), "no wildcards, deletes, updates"
-    assert verbs[(("apps",), ("deployments",))] == {"list", "watch", "create", "patch"}
-    assert verbs[(("",), ("nodes",))] == {"list", "watch"}
-    assert verbs[(("",), ("pods",))] == {"list", "watch"}, "the pods index (pod-level truth)"
-    assert verbs[(("serving.inferencebackend.io",), ("inferencebackends/status",))] == {"patch"}
+def _rules(docs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str, str], set[str]]:
+    """(namespace, apiGroup, resource) -> verbs granted by the chart's objects of ``kind``."""
+    out: dict[tuple[str, str, str], set[str]] = {}
+    for d in docs:
+        if d["kind"] != kind:
+            continue
+        for r in d["rules"]:
+            for group in r["apiGroups"]:
+                for res in r["resources"]:
+                    out.setdefault((d["metadata"].get("namespace", ""), group, res), set()).update(r["verbs"])
+    return out
+
+
+NAMESPACED = {
+    ("serving.inferencebackend.io", "inferencebackends"): {"list", "watch"},
+    ("serving.inferencebackend.io", "models"): {"list", "watch"},
+    ("serving.inferencebackend.io", "inferencebackends/status"): {"patch"},
+    ("serving.inferencebackend.io", "inferencebackends/finalizers"): {"update"},
+    ("", "pods"): {"list", "watch"},
+    ("apps", "deployments"): {"list", "watch", "get", "create", "patch"},
+    ("", "services"): {"list", "watch", "get", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"list", "watch", "get", "create", "patch"},
+    ("", "events"): {"create"},
+    ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
+}
+
+
+@needs_helm
+def test_rbac_is_exactly_what_the_operator_uses_cluster_wide() -> None:
+    docs = template()
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+    cluster = _rules(docs, "ClusterRole")
+    assert {(g, r): v for (_, g, r), v in cluster.items()} == {
+        **NAMESPACED,
+        ("", "nodes"): {"list", "watch"},
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+        ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch"},
+    }, "no namespaces (kopf lists them only when it watches some), no patch on the backends themselves"
+
+
+@needs_helm
+def test_rbac_not_cluster_wide_is_a_role_per_watched_namespace() -> None:
+    docs = template("clusterWide=false", "watchNamespaces={team-a,team-b}")
+    cluster = _rules(docs, "ClusterRole")
+    assert {(g, r): v for (_, g, r), v in cluster.items()} == {
+        ("", "nodes"): {"list", "watch"},
+        ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+        ("", "namespaces"): {"list", "watch"},
+    }, "only cluster-scoped facts cluster-wide"
+    roles = _rules(docs, "Role")
+    for ns in ("team-a", "team-b"):
+        assert {(g, r): v for (n, g, r), v in roles.items() if n == ns} == {
+            **NAMESPACED,
+            ("kopf.dev", "kopfpeerings"): {"list", "watch", "patch"},
+        }
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert all(b["subjects"][0]["namespace"] == "ib-system" for b in bindings)

@@ -55,6 +55,15 @@ def test_a_card_lacking_a_field_is_reported() -> None:
     assert "formats" in dataclasses.replace(c, formats=frozenset()).missing()
     assert "images[cpu]" in dataclasses.replace(c, accelerators=frozenset({"gpu", "cpu"})).missing()
     assert "profiles[gpu]" in dataclasses.replace(c, profiles={}).missing()
+    a = c.autoscaling
+    assert "autoscaling.signals" in dataclasses.replace(c, autoscaling=dataclasses.replace(a, signals={})).missing()
+    assert (
+        "autoscaling.cold_start" in dataclasses.replace(c, autoscaling=dataclasses.replace(a, cold_start="")).missing()
+    )
+    fewer = dataclasses.replace(a, signals={"queueDepth": a.signals["queueDepth"]}, lacks="")
+    assert "autoscaling.lacks" in dataclasses.replace(c, autoscaling=fewer).missing(), "a missing signal says why"
+    nameless = dataclasses.replace(a, signals={"ttft": dataclasses.replace(a.signals["ttft"], source="")})
+    assert "autoscaling.signals[ttft]" in dataclasses.replace(c, autoscaling=nameless).missing()
 
 
 def test_every_card_field_is_required() -> None:

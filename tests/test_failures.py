@@ -50,6 +50,9 @@ class Writer:
             raise self.refuse
         self.applied.append(obj)
 
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        return None
+
     async def patch_status(self, namespace: str, name: str, st: dict[str, Any]) -> None:
         self.statuses.append((namespace, name, st))
 
@@ -156,3 +159,24 @@ def test_a_spec_change_of_a_failing_backend_is_reconciled_at_once() -> None:
     assert ("ns", "chat") not in st.failing and st.queue.backoff.retries(("ns", "chat")) == 0
     cond = next(c for c in writer.statuses[-1][2]["conditions"] if c["type"] == "Reconciled")
     assert cond["status"] == "True"
+
+
+class Squatted(Writer):
+    """A Service of the backend's name exists already, made by someone else."""
+
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        if obj["kind"] == "Service":
+            return f"Service ns/{obj['metadata']['name']} already exists and was not created by this " \
+                   "InferenceBackend (managed by kubectl-create)"  # fmt: skip
+        return None
+
+
+def test_a_child_someone_else_made_is_never_adopted_and_the_condition_says_whose_it_is() -> None:
+    writer = Squatted()
+    w = World(group_nodes([node("cpu-a")]), {}, {})
+    with pytest.raises(ReconcileFailure) as info:
+        asyncio.run(reconcile(backend("chat"), w, writer, "test"))  # type: ignore[arg-type]
+    assert info.value.reason == "ChildConflict"
+    assert info.value.message.startswith("Service ns/chat already exists and was not created by this InferenceBackend "
+                                         "(managed by kubectl-create): it is left untouched")  # fmt: skip
+    assert all(o["kind"] != "Service" for o in writer.applied), "never applied over the other's Service"

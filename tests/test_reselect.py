@@ -27,6 +27,9 @@ class Recorder:
     async def apply(self, obj: dict[str, Any]) -> None:
         self.applied.append(obj)
 
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        return None
+
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.writes += 1
 

@@ -70,7 +70,10 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Multi-document YAML of what the operator would apply (render.render, the same code path)."""
+    from inference_backend.autoscaling import Settings
     from inference_backend.render import render_result, to_yaml
+
+    scaling = Settings(args.prometheus_address, args.autoscaling_label_matchers)
 
     ibs, models, cluster = _inputs(args)
     status = EXIT_OK
@@ -82,7 +85,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(format_text(ib.metadata.name, decision), file=sys.stderr)
             continue
         try:
-            result = render_result(ib, decision)
+            result = render_result(ib, decision, scaling=scaling)
         except InvalidSpec as exc:
             raise ManifestError(f"InferenceBackend {ib.metadata.name}: {exc}") from exc
         for note in result.unsupported:
@@ -129,6 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--nodes", required=True, help="a kind: List of v1 Nodes, as `kubectl get nodes -o yaml`")
         p.add_argument("--models", action="append", help="YAML with Model objects (repeatable)")
     sel.add_argument("-o", "--output", choices=("json", "text"), default="text")
+    from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
+
+    ren.add_argument(
+        "--prometheus-address",
+        default=DEFAULT_PROMETHEUS,
+        help="serverAddress of the ScaledObjects of spec.autoscaling, as the operator's flag",
+    )
+    ren.add_argument("--autoscaling-label-matchers", default=DEFAULT_MATCHERS,
+                     help="PromQL label matchers of one backend's series, as the operator's flag")  # fmt: skip
     sel.set_defaults(func=cmd_select)
     ren.set_defaults(func=cmd_render)
     fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")

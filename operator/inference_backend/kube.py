@@ -17,6 +17,7 @@ from typing import Any
 from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import PatchType
 
 from inference_backend.api.common import API_VERSION, GROUP, VERSION
@@ -45,6 +46,17 @@ def describe_error(exc: BaseException) -> str:
     if "Timeout" in name or "Connect" in name or "Network" in name or "Protocol" in name:
         return f"the API server did not answer ({name}: {exc})"
     return f"{name}: {exc}"
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed API call: an ApiError's Status code, or the response code of an error without a
+    Status body (the API server answers a resource type it does not serve, such as a CRD not installed, with a
+    plain "404 page not found", which lightkube raises as the HTTP library's HTTPStatusError)."""
+    if isinstance(exc, ApiError) and exc.status is not None and exc.status.code is not None:
+        return int(exc.status.code)
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return code if isinstance(code, int) else None
 
 
 def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +95,8 @@ class Kube:
             await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
 
     async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
-        """Apply only ``obj``'s replicas as HANDOFF_MANAGER (forced: it takes them from the operator's manager)."""
+        """Apply only the Deployment ``obj``'s replicas as HANDOFF_MANAGER (forced: it takes them from the operator's
+        manager)."""
         meta = obj["metadata"]
         body = {
             "apiVersion": obj["apiVersion"],
@@ -92,8 +105,9 @@ class Kube:
             "spec": {"replicas": replicas},
         }
         self.writes += 1
-        async with self._slots:
-            await self.client.apply(codecs.from_dict(body), field_manager=HANDOFF_MANAGER, force=True)
+        async with self._slots:  # a dict body: the typed Deployment would require the selector and the template
+            await self.client.patch(Deployment, meta["name"], body, namespace=meta["namespace"],
+                                    patch_type=PatchType.APPLY, field_manager=HANDOFF_MANAGER, force=True)  # fmt: skip
 
     async def delete_scaled_object(self, namespace: str, name: str) -> None:
         """Delete a ScaledObject (KEDA then deletes its HPA); one already gone, or a missing CRD, is no error."""
@@ -101,9 +115,33 @@ class Kube:
         try:
             async with self._slots:
                 await self.client.delete(ScaledObjectResource, name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status is None or exc.status.code != 404:
+        except Exception as exc:
+            if http_status(exc) != 404:
                 raise
+
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
+        """Whether an object of ``obj``'s kind and name already exists that ``owner_uid`` does not control: a short
+        description of it (who manages it) or None. Asked before the first apply of a child, so that server-side
+        apply never takes over (and garbage collection never later deletes) an object someone else made."""
+        meta = obj["metadata"]
+        resource = codecs.resource_registry.load(obj["apiVersion"], obj["kind"])
+        try:
+            async with self._slots:
+                live: Any = await self.client.get(resource, meta["name"], namespace=meta["namespace"])
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+        found: dict[str, Any] = live.to_dict()  # lightkube models and generic resources alike
+        live_meta = found.get("metadata") or {}
+        refs = live_meta.get("ownerReferences") or []
+        if any(r.get("controller") and r.get("uid") == owner_uid for r in refs):
+            return None
+        managers = sorted({str(m["manager"]) for m in live_meta.get("managedFields") or [] if m.get("manager")})
+        owners = [f"{r.get('kind')} {r.get('name')}" for r in refs]
+        by = f"owned by {', '.join(owners)}" if owners else f"managed by {', '.join(managers) or 'unknown'}"
+        return f"{obj['kind']} {meta['namespace']}/{meta['name']} already exists and was not created by this " \
+               f"InferenceBackend ({by})"  # fmt: skip
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""

@@ -26,7 +26,7 @@ from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
-from inference_backend.kube import Kube, describe_error, owned
+from inference_backend.kube import Kube, describe_error, http_status, owned
 from inference_backend.manifests import explain
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
 from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
@@ -371,6 +371,15 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
                 continue
             annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
             manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
+            if child is None and key not in recent.applied:  # never adopt what someone else made
+                try:
+                    other = await kube.foreign(manifest, str(meta.get("uid")))
+                except Exception as exc:
+                    why = f"reading {kind} {child_name}: {describe_error(exc)}"
+                    raise ReconcileFailure("ApplyFailed", why) from exc
+                if other is not None:
+                    raise ReconcileFailure("ChildConflict", f"{other}: it is left untouched; delete or rename it, or "
+                                                            "rename this InferenceBackend")  # fmt: skip
             try:
                 if kind == "Deployment" and autoscaled and child is not None and child.replicas_owner != AUTOSCALER:
                     # Autoscaling turned on: the operator's manager owns replicas and its next apply drops them,
@@ -388,6 +397,8 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             recheck = min(recheck, SCALER_RETRY) if recheck is not None else SCALER_RETRY
     elif decision is not None and not decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
+    if waiting is not None and autoscaled and previous.get("autoscaling"):
+        scaler_status = dict(previous["autoscaling"])  # nothing applied now: what was applied still holds
     observed = status.Observed.from_deployment(deployment.body if deployment else None)
     if observed is None and decision is not None and decision.satisfiable and waiting is None:
         # Just applied; the watch has not brought the Deployment back yet. It starts with none ready.
@@ -455,10 +466,16 @@ async def _apply_scaler(manifest: dict[str, Any], wanted_hash: str, body: Mappin
     annotations = {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: wanted_hash}
     manifest = {**manifest, "metadata": {**manifest["metadata"], "annotations": annotations}}
     try:
+        if not previous.get("autoscaling"):  # the first apply: never adopt a ScaledObject someone else made
+            other = await kube.foreign(manifest, str(body["metadata"].get("uid")))
+            if other is not None:
+                raise ReconcileFailure("ChildConflict", f"{other}: it is left untouched; delete or rename it, or "
+                                                        "rename this InferenceBackend")  # fmt: skip
         await kube.apply(owned(manifest, dict(body)))
+    except ReconcileFailure:
+        raise
     except Exception as exc:
-        code = getattr(getattr(exc, "status", None), "code", None)
-        if code == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
+        if http_status(exc) == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
             why = (f"the CRD {autoscaling.KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be "
                    f"created: {describe_error(exc)}; the Deployment keeps its replicas; tried again every "
                    f"{SCALER_RETRY:.0f} s")  # fmt: skip

@@ -143,13 +143,27 @@ def _pod_security(run_as_user: int | None) -> Json:
     return out
 
 
-def _hardened(container: Json, run_as_user: int | None) -> Json:
+def _hardened(container: Json, run_as_user: int | None, read_only: bool = False) -> Json:
     """No privilege escalation and no capabilities (restricted's container rules); ``run_as_user`` for a container
-    whose image's user differs from the pod's (the operator image of the fetch init containers)."""
+    whose image's user differs from the pod's (the operator image of the fetch init containers). ``read_only``: a
+    read-only root filesystem, with the scratch emptyDir at /tmp as HOME (nothing else is written outside the
+    volumes: our runners and the fetch step write only there and to the model volumes, llama-server only to
+    LLAMA_CACHE)."""
     sc: Json = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     if run_as_user is not None:
         sc |= {"runAsNonRoot": True, "runAsUser": run_as_user, "runAsGroup": run_as_user}
-    return {**container, "securityContext": sc}
+    if not read_only:
+        return {**container, "securityContext": sc}
+    env = list(container.get("env") or [])
+    if not any(e.get("name") == "HOME" for e in env):
+        env.append({"name": "HOME", "value": SCRATCH_DIR})
+    mounts = [*(container.get("volumeMounts") or []), {"name": SCRATCH, "mountPath": SCRATCH_DIR}]
+    return {**container, "env": env, "volumeMounts": mounts,
+            "securityContext": sc | {"readOnlyRootFilesystem": True}}  # fmt: skip
+
+
+SCRATCH, SCRATCH_DIR = "scratch", "/tmp"
+"""The writable scratch emptyDir of containers with a read-only root filesystem."""
 
 
 SMALL_DISK = "1Gi"
@@ -225,18 +239,24 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     pod_spec["securityContext"] = _pod_security(caps.run_as_user)
     weights = _weights_quantity(decision)
     downloads = decision.model is not None and (decision.model.uri or "").startswith("hf://") and caps.own_hf_loader
+    # A read-only root where the image runs as non-root (our runners, llama-server) and for the fetch step; the
+    # engines whose images need root also write their caches under /root (their cards' run_as says so).
+    read_only = caps.run_as_user is not None
     if c.init_containers:
-        pod_spec["initContainers"] = [_hardened(dict(i), INIT_USER) for i in c.init_containers]
-    main = _hardened(c.to_k8s(), None)
+        pod_spec["initContainers"] = [_hardened(dict(i), INIT_USER, True) for i in c.init_containers]
+    main = _hardened(c.to_k8s(), None, read_only)
     pod_spec["containers"] = [main]
-    if c.volumes:
+    volumes = [*c.volumes]
+    if read_only or c.init_containers:
+        volumes.append({"name": SCRATCH, "emptyDir": {}})
+    if volumes:
         pod_spec["volumes"] = [_sized(dict(v), weights if _holds_weights(v, downloads) else SMALL_DISK)
-                               for v in c.volumes]  # fmt: skip
-        if any(_on_disk(v) for v in c.volumes):
+                               for v in volumes]  # fmt: skip
+        if any(_on_disk(v) for v in volumes):
             # The weights land on node disk (emptyDir): request it, so the scheduler places the pod where it fits
             # and the kubelet evicts a pod that grows past it rather than the node filling up.
             resources = main.setdefault("resources", {})
-            held = any(_on_disk(v) and _holds_weights(v, downloads) for v in c.volumes)
+            held = any(_on_disk(v) and _holds_weights(v, downloads) for v in volumes)
             resources["requests"] = {
                 **resources.get("requests", {}),
                 "ephemeral-storage": weights if held else SMALL_DISK,

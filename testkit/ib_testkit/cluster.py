@@ -54,8 +54,8 @@ class Operator:
         self.kubeconfig, self.log = kubeconfig, log
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, priority: int | None = None) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1"}
+    def start(self, priority: int | None = None, env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1", **(env or {})}
         cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
                "--peering", "inference-backend", "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
         if priority is not None:
