@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ib_testkit import ROOT, free_port
 
 E2E = ROOT / "e2e"
@@ -189,8 +191,6 @@ def start_prometheus(
 ) -> tuple[Proc, str]:
     """Prometheus on 127.0.0.1:port scraping each job's (host:port, extra target labels) every scrape_interval;
     returns it and its base URL."""
-    import yaml
-
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config = workdir / "prometheus.yml"
@@ -235,14 +235,22 @@ class Keda:
         self.workdir, self.kubeconfig, self.netns, self.kubectl = workdir, kubeconfig, netns, kubectl
         self.procs: list[Proc] = []
         self.adapter_port = free_port()
+        self.installed_crds: list[str] = []
+        self.created_namespace = False
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         crds = Path(lib_sh("keda_crds_dir"))
+        present = set(self.kubectl("get", "crd", "-o", "name").split())
         for f in sorted(crds.glob("*.yaml")):
+            name = yaml.safe_load(f.read_text())["metadata"]["name"]
+            if f"customresourcedefinition.apiextensions.k8s.io/{name}" not in present:
+                self.installed_crds.append(name)  # removed again by stop(): other modules test a cluster without
             self.kubectl("apply", "--server-side", "--field-manager=ib-e2e", "-f", str(f))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/scaledobjects.keda.sh")
-        self.kubectl("create", "namespace", KEDA_NS, check=False)
+        if not self.kubectl("get", "namespace", KEDA_NS, "--ignore-not-found", "-o", "name").strip():
+            self.kubectl("create", "namespace", KEDA_NS)
+            self.created_namespace = True
         certs = make_certs(
             self.workdir / "certs",
             ips=["127.0.0.1", self.netns.host_ip],
@@ -305,8 +313,6 @@ class Keda:
     def _register_apiservice(self, ca: Path) -> None:
         import base64
 
-        import yaml
-
         docs: list[dict[str, Any]] = [
             {
                 "apiVersion": "v1",
@@ -349,7 +355,15 @@ class Keda:
             p.check_alive()
 
     def stop(self) -> None:
-        self.kubectl("delete", "apiservice", APISERVICE, "--ignore-not-found", "--wait=false", check=False)
+        """Leaves the cluster as it was: ScaledObjects deleted while KEDA's operator still runs to remove its
+        finalizer (and its HPAs), then the processes stopped, the APIService, the CRDs and namespace it added."""
+        if any(p.proc.poll() is None for p in self.procs):
+            self.kubectl("delete", "scaledobjects.keda.sh", "--all", "-A", "--timeout=60s", check=False)
         for p in reversed(self.procs):
             p.stop()
         self.netns.delete()
+        self.kubectl("delete", "apiservice", APISERVICE, "--ignore-not-found", check=False)
+        for name in self.installed_crds:
+            self.kubectl("delete", "crd", name, "--ignore-not-found", "--timeout=60s", check=False)
+        if self.created_namespace:
+            self.kubectl("delete", "namespace", KEDA_NS, "--ignore-not-found", "--wait=false", check=False)
