@@ -19,6 +19,8 @@ KUBE_VERSION=$(modver kubernetes k8s.io/kubernetes)
 ETCD_VERSION=$(modver etcd go.etcd.io/etcd/server/v3)
 KWOK_VERSION=$(modver kwok sigs.k8s.io/kwok)
 HELM_VERSION=$(modver helm helm.sh/helm/v4)
+KEDA_VERSION=$(modver keda github.com/kedacore/keda/v2)
+PROMETHEUS_VERSION=$(modver prometheus github.com/prometheus/prometheus)
 KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
 LWS_VERSION=$(modver lws sigs.k8s.io/lws)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
@@ -31,6 +33,8 @@ binpath() {
     etcd) v=$ETCD_VERSION ;;
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
+    keda-operator | keda-adapter) v=$KEDA_VERSION ;;
+    prometheus) v=$PROMETHEUS_VERSION ;;
     kube-score) v=$KUBE_SCORE_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
@@ -39,11 +43,15 @@ binpath() {
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score lws-controller-manager)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score lws-controller-manager keda-operator keda-adapter prometheus)
 
 # The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.
 LWS_CONFIG_DIR=$E2E_BIN_DIR/lws-config-$LWS_VERSION
+
+# KEDA's CRDs (config/crd/bases of the KEDA module, copied from GOMODCACHE by e2e/build-binaries next to the
+# binaries it built; e2e/test_autoscaling.py applies them).
+keda_crds_dir() { echo "$E2E_BIN_DIR/keda-crds-$KEDA_VERSION"; }
 
 # State of a running local cluster, and its ports (all on 127.0.0.1).
 E2E_DIR=${E2E_DIR:-/tmp/ib-e2e}
