@@ -98,6 +98,7 @@ NODE_SETS = {
 # file name -> (class, node names). h100x8: multi-node serving (a LeaderWorkerSet's leader and workers, 8 GPUs each).
 POOLS = {
     "pools/gpu-h100x8-pool.yaml": ("h100x8", [f"gpu-h100x8-pool-{i}" for i in range(3)]),
+    "pools/cpu-b.yaml": ("cpu", ["cpu-b"]),  # the demo: its two llama.cpp examples each take a whole CPU node
 }
 
 
