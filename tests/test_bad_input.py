@@ -152,3 +152,17 @@ def test_huge_admitted_values_do_not_crash(tmp_path: Path, capsys: pytest.Captur
     for cmd in ("select", "render"):
         rc, err = _cli(tmp_path, ib, {"kind": "List", "items": [L4_NODE]}, capsys, cmd)
         assert rc == 3, err
+
+
+@pytest.mark.parametrize("field", ["promptTokens", "outputTokens"])
+def test_token_counts_beyond_int64_are_refused_as_the_apiserver_does(field: str) -> None:
+    """The CRD gives them int64 bounds (the apiserver refuses a larger integer as not an integer); pydantic agrees.
+    Found by e2e/test_admission.py's generated specs."""
+    with pytest.raises(ValidationError) as info:
+        spec = {"model": {"uri": "hf://o/m", "parameters": "1B"}, "objectives": {field: 2**70}}
+        InferenceBackend.model_validate({"metadata": {"name": "x"}, "spec": spec})
+    assert field in str(info.value)
+    root = Path(__file__).resolve().parents[1]
+    crd = yaml.safe_load((root / "crds/serving.inferencebackend.io_inferencebackends.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["objectives"]["properties"][field]["maximum"] == INT64_MAX

@@ -101,10 +101,10 @@ class Objectives(ApiModel):
     """Target aggregate output tokens per second per replica."""
     concurrency: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Expected concurrent requests per replica."""
-    prompt_tokens: int | None = Field(default=None, ge=1)
+    prompt_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Typical prompt length per request, in tokens (default 512): with outputTokens, the KV cache one request
     holds, which sizes concurrency (the engines allocate KV pages on demand, not a full context per request)."""
-    output_tokens: int | None = Field(default=None, ge=1)
+    output_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Typical output length per request, in tokens (default 256)."""
 
 
