@@ -22,7 +22,7 @@ import pytest
 import yaml
 from ib_testkit import ROOT
 from ib_testkit.audit import audit_event
-from ib_testkit.cluster import EXAMPLES, NODE_SETS, SYSTEM_NS, Operator, kubectl, tool
+from ib_testkit.cluster import EXAMPLES, GROUP, NODE_SETS, SYSTEM_NS, Operator, kubectl, tool
 
 E2E_SRC = Path(__file__).resolve().parent
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -102,13 +102,18 @@ def kube_http() -> Iterator[Any]:
 
 @pytest.fixture
 def namespace(kube: Any) -> Iterator[str]:
-    """A fresh namespace, deleted (without waiting) after the test."""
+    """A fresh namespace, deleted after the test. Its InferenceBackends go first, waited for (30 s at most), so the
+    operator releases their GPU reservations before the next test: the namespace controller's own sweep comes
+    seconds later, and a cluster-wide operator would count them against the next test's capacity meanwhile."""
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace
 
     name = f"ib-e2e-{uuid.uuid4().hex[:8]}"
     kube.create(Namespace(metadata=ObjectMeta(name=name, labels={"inference-backend.dev/e2e": "true"})))
     yield name
+    subprocess.run([str(tool("kubectl")), "delete", f"inferencebackends.{GROUP}", "--all",
+                    "-n", name, "--wait=true", "--timeout=30s", "--ignore-not-found"],
+                   capture_output=True, text=True, check=False)  # fmt: skip
     kube.delete(Namespace, name)
 
 

@@ -198,6 +198,9 @@ def test_backends_applied_together_never_overcommit_gpus(operator: Operator, ns:
                        lambda: sorted((p := phases()).values()) == ["Pending", "Ready"] and p, timeout=90)  # fmt: skip
     print(f"waiting backend applied {applied:.1f} s, Ready {time.monotonic() - started:.1f} s after the release")
     now_placed = next(n for n, p in after.items() if p == "Ready")
+    # Its placement is news when it lands: a Selected Event, not only the InsufficientCapacity one from before.
+    events = kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={now_placed},reason=Selected")
+    assert "object(s) applied" in events, events
     wait_until("only the placed backend's Deployment left", lambda: [d["metadata"]["name"] for d in get_json(
         "deployments", "-n", ns)["items"]] == [now_placed], timeout=60)  # fmt: skip
 

@@ -355,5 +355,9 @@ class OperatorState:
 
 
 def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What the Selected Event reports a change of: the engine, the devices, and whether it is applied (a backend
+    that waited for capacity or a CRD keeps its decision in the status, and its placement is news when it lands)."""
     placement = (status.get("decision") or {}).get("placement") or {}
-    return (status.get("backend"), placement.get("gpuProduct"), placement.get("gpusPerReplica"))
+    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+    held = ready.get("reason") in ("InsufficientCapacity", "CRDMissing")
+    return (status.get("backend"), placement.get("gpuProduct"), placement.get("gpusPerReplica"), held)
