@@ -502,6 +502,14 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     if scaler_status is not None and "backend" in new_status:
         new_status["autoscaling"] = scaler_status
     rollout = plan.rollout.to_status() if plan.rollout is not None else None
+    said = previous.get("rollout") or {}
+    if (
+        rollout is not None
+        and plan.rollout is not None
+        and plan.rollout.kept
+        and said.get("strategy") == rollout["strategy"]
+    ):
+        rollout = said  # the reason given when it was chosen, not a rewrite on the next pass
     if rollout is not None and "backend" in new_status:
         new_status["rollout"] = rollout
     written = False
