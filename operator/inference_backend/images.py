@@ -3,9 +3,9 @@ by render to every pod template it renders (Deployments, a LeaderWorkerSet's lea
 I/O.
 
 The images it rewrites are the ones the operator picks itself: the pinned engine images (each engine module's
-``IMAGE`` constants) and the fetch init container's image, listed in :data:`CATALOG` by key (the Helm chart's
-``engineImages.<key>``). An image a user wrote (``spec.engine.image``, an ``oci://`` model reference) is the
-user's and is left as written. Order: the override of the image's key first (``repository`` replaces the
+``IMAGE`` constants) and the fetch init container's image, listed by key in ``engines.image_catalog.CATALOG`` (the
+Helm chart's ``engineImages.<key>``). An image a user wrote (``spec.engine.image``, an ``oci://`` model reference)
+is the user's and is left as written. Order: the override of the image's key first (``repository`` replaces the
 repository, ``tag`` the tag, ``digest`` pins ``repository@digest``), then the mirror, which replaces the registry
 host of the result (for Docker Hub's implicit ``docker.io`` it is prefixed). Pull secrets are merged by name into
 every pod template, each name once.
@@ -25,35 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference_backend.engines import artifacts, llamacpp, onnxruntime, pytorch, sglang, tgi, vllm
+from inference_backend.engines.image_catalog import CATALOG, DESCRIPTIONS
 
 Json = dict[str, Any]
-
-CATALOG: dict[str, str] = {
-    "vllm": vllm.IMAGE,
-    "vllmRocm": vllm.ROCM_IMAGE,
-    "sglang": sglang.IMAGE,
-    "tgi": tgi.IMAGE,
-    "llamacppCpu": llamacpp.IMAGE_CPU,
-    "llamacppCuda": llamacpp.IMAGE_CUDA,
-    "llamacppRocm": llamacpp.IMAGE_ROCM,
-    "pytorch": pytorch.IMAGE,
-    "onnxruntime": onnxruntime.IMAGE,
-    "fetch": artifacts.OPERATOR_IMAGE,
-}
-"""Every image the operator renders on its own, by the key of its override (Helm ``engineImages.<key>``)."""
-DESCRIPTIONS: dict[str, str] = {
-    "vllm": "vLLM on NVIDIA GPUs (CUDA)",
-    "vllmRocm": "vLLM on AMD GPUs (ROCm)",
-    "sglang": "SGLang on NVIDIA GPUs",
-    "tgi": "Text Generation Inference on NVIDIA GPUs",
-    "llamacppCpu": "llama.cpp server on CPU",
-    "llamacppCuda": "llama.cpp server on NVIDIA GPUs",
-    "llamacppRocm": "llama.cpp server on AMD GPUs",
-    "pytorch": "our PyTorch runner (CPU and NVIDIA GPUs)",
-    "onnxruntime": "our ONNX Runtime server (CPU and NVIDIA GPUs)",
-    "fetch": "the init container downloading s3://, gs://, hf:// and http(s):// weights",
-}
+__all__ = ["CATALOG", "DESCRIPTIONS", "EMPTY", "ImagePolicyError", "Override", "Policy", "apply", "parse"]
 
 REGISTRY_ENV = "IB_IMAGE_REGISTRY"
 OVERRIDES_ENV = "IB_IMAGE_OVERRIDES"
