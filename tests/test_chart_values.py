@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ib_testkit.chart import BRANCHES, DIGEST, OPERATOR_REF
 from ib_testkit.kubescore import KUBE_SCORE, NOT_RENDERED, binary, critical, score
 from inference_backend import __version__, images
 
@@ -32,7 +33,6 @@ CI = bool(os.environ.get("CI") or os.environ.get("IB_REQUIRE_HELM"))
 needs_helm = pytest.mark.skipif(HELM is None and not CI, reason="no helm: e2e/build-binaries")
 needs_score = pytest.mark.skipif((HELM is None or KUBE_SCORE is None) and not CI, reason="no helm/kube-score")
 NS = "ib-system"
-DIGEST = "sha256:" + "0123456789abcdef" * 4
 OTHERS = {"metrics", "monitoring"}
 """Top-level values another part of the chart owns (the operator's metrics Service, the monitoring objects): their
 schema is theirs; only their presence is checked here."""
@@ -79,60 +79,6 @@ def test_pod(docs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 test_pod.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
-
-
-OPERATOR_REF = "internal.example.com/ib/operator"
-ZONE_SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-               "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "inference-backend"}}}  # fmt: skip
-PREFER_SYSTEM = {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "In",
-                                                                   "values": ["system"]}]}}  # fmt: skip
-# fmt: off
-BRANCHES: dict[str, dict[str, Any]] = {
-    "defaults": {},
-    "nameOverride": {"nameOverride": "llm"},
-    "fullnameOverride": {"fullnameOverride": "llm-operator"},
-    "namespaced": {"clusterWide": False, "watchNamespaces": ["team-a", "team-b"]},
-    "namespaced-no-peering": {"clusterWide": False, "watchNamespaces": ["team-a"], "peering": {"enabled": False}},
-    "replicas-peering": {"replicas": 3, "peering": {"enabled": True, "name": "ib-leader"}},
-    "no-peering": {"peering": {"enabled": False}},
-    "external-serviceaccount": {"serviceAccount": {"create": False, "name": "platform-ib"}},
-    "serviceaccount-annotations": {"serviceAccount": {"annotations": {"iam.example.com/role": "ib"}}},
-    "no-metrics-service": {"metrics": {"service": {"enabled": False}}},
-    "no-tests": {"tests": {"enabled": False}},
-    "digest": {"image": {"digest": DIGEST}},
-    "registry": {"image": {"registry": "registry.example.com:5000"}},
-    "mirror": {"global": {"imageRegistry": "mirror.example.com/proxy"}, "image": {"registry": "ignored.example.com"}},
-    "pull-secrets": {"imagePullSecrets": [{"name": "op-cred"}],
-                     "global": {"imagePullSecrets": ["shared", {"name": "op-cred"}]},
-                     "engineImagePullSecrets": [{"name": "engine-cred"}, "shared"]},
-    "engine-images": {"engineImages": {"vllm": {"digest": DIGEST},
-                                       "fetch": {"repository": OPERATOR_REF, "tag": "0.1.0-patched"},
-                                       "llamacppCpu": {"repository": "mirror.example.com/llama.cpp"}}},
-    "extras": {
-        "extraArgs": ["--unschedulable-grace-seconds=120"],
-        "extraEnv": [{"name": "IB_WORKERS", "value": "4"}],
-        "extraVolumes": [{"name": "tmp", "emptyDir": {}}],
-        "extraVolumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        "podLabels": {"team": "platform"},
-        "podAnnotations": {"example.com/owner": "platform"},
-        "priorityClassName": "system-cluster-critical",
-        "nodeSelector": {"kubernetes.io/os": "linux"},
-        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}],
-        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [PREFER_SYSTEM]}},
-        "topologySpreadConstraints": [ZONE_SPREAD],
-        "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-    },
-    "security-contexts": {"podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                                 "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
-                          "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                              "capabilities": {"drop": ["ALL"]}, "runAsUser": 10001}},
-    "operator-settings": {"logLevel": "debug", "debounceSeconds": 5,
-                          "autoscaling": {"prometheusAddress": "https://prom.example.com",
-                                          "labelMatchers": 'ns="{namespace}"'}},
-    "argocd": {"argocd": {"healthSnippet": True, "namespace": "gitops"}},
-    "subchart-keys": {"enabled": True, "global": {"storageClass": "fast", "imageRegistry": ""}},
-}
-# fmt: on
 
 
 @needs_helm
