@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from lightkube import AsyncClient
 
-from inference_backend import autoscaling, metrics, status
+from inference_backend import autoscaling, images, metrics, status
 from inference_backend.capacity import GpuLedger
 from inference_backend.kube import Kube, describe_error
 from inference_backend.nodewatch import NodeClasses
@@ -97,8 +97,10 @@ class Children(Mapping[tuple[str, str, str], Child]):
 class OperatorState:
     def __init__(self, indexes: Indexes, *, kube: Kube | None = None, workers: int = 8, debounce: float = 1.0,
                  unschedulable_grace: float = UNSCHEDULABLE_GRACE,
-                 scaling: autoscaling.Settings = autoscaling.DEFAULT) -> None:  # fmt: skip
+                 scaling: autoscaling.Settings = autoscaling.DEFAULT,
+                 image_policy: images.Policy = images.EMPTY) -> None:  # fmt: skip
         self.indexes = indexes
+        self.image_policy = image_policy
         self.unschedulable_grace = unschedulable_grace
         self.scaling = scaling
         self.kube = kube or Kube()
@@ -233,7 +235,8 @@ class OperatorState:
         children = Children(ix.deployments, ix.lws, ix.services, ix.pdbs)
         version = (self.nodes.version, self.models_version)
         return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods,
-                     unschedulable_grace=self.unschedulable_grace, scaling=self.scaling)  # fmt: skip
+                     unschedulable_grace=self.unschedulable_grace, scaling=self.scaling,
+                     image_policy=self.image_policy)  # fmt: skip
 
     async def process(self, key: Key, trigger: str) -> None:
         await self.nodes.ready.wait()  # the first node listing is in
