@@ -1,4 +1,4 @@
-// Wrapper module: builds github.com/prometheus/prometheus/cmd/prometheus at v0.316.0 (Prometheus
+// Wrapper module: builds github.com/prometheus/prometheus/cmd/prometheus and cmd/promtool at v0.316.0 (Prometheus
 // 3.x's Go module version) from the Go module proxy with the dependency versions pinned below
 // (go.sum is committed). Bump the version here and run 'go mod tidy' in this directory;
 // e2e/build-binaries reads the version from this file.
@@ -6,7 +6,10 @@ module inference-backend.local/e2e/prometheus
 
 go 1.26.7
 
-tool github.com/prometheus/prometheus/cmd/prometheus
+tool (
+	github.com/prometheus/prometheus/cmd/prometheus
+	github.com/prometheus/prometheus/cmd/promtool
+)
 
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect
