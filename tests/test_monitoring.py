@@ -336,3 +336,16 @@ def test_promtool_unit_tests_fail_when_an_alert_is_broken(tmp_path: Path) -> Non
                          text=True, check=False)  # fmt: skip
     assert res.returncode != 0
     assert "InferenceBackendKVCacheNearFull" in res.stdout + res.stderr
+
+
+def test_rules_and_dashboards_read_each_meaning_under_the_same_engine_names() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("grafana_dashboards", ROOT / "hack/grafana_dashboards.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    alternations = {"|".join(names) for names in gen.ENGINE.values()}
+    rules = (CHART / "templates/monitoring-prometheusrule.yaml").read_text()
+    used = re.findall(r'__name__=~"([^"]+)"', rules)
+    assert len(used) == 3 and set(used) <= alternations, set(used) - alternations
