@@ -329,7 +329,7 @@ def test_promtool_unit_tests_fail_when_an_alert_is_broken(tmp_path: Path) -> Non
     """The unit tests can fail: with the KV cache threshold raised past the synthetic 95%, the firing case fails."""
     assert PROMTOOL is not None
     (tmp_path / "rules.yaml").write_text(
-        yaml.safe_dump(rendered_rules("monitoring.prometheusRule.alerts.kvCacheNearFull.usage=0.99"))
+        yaml.safe_dump(rendered_rules("--set-json=monitoring.prometheusRule.alerts.kvCacheNearFull.usage=0.99"))
     )
     shutil.copy(PROMTOOL_TESTS, tmp_path / PROMTOOL_TESTS.name)
     res = subprocess.run([PROMTOOL, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True,
