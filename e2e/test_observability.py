@@ -329,7 +329,7 @@ def check_queries(prom: str, rendered: dict[str, Any], engine: str, ns: str, nam
 
     # every dashboard panel: parses, no warnings, data where its series exist
     empty: list[str] = []
-    checked = 0
+    checked = with_data = 0
     data = rendered["ConfigMap"]["data"]
     for file, text in sorted(data.items()):
         board = json.loads(text)
@@ -345,6 +345,7 @@ def check_queries(prom: str, rendered: dict[str, Any], engine: str, ns: str, nam
                 expr = substitute(target["expr"], ns, name)
                 result = api(prom, "query", query=expr)["result"]
                 checked += 1
+                with_data += bool(result)
                 wanted = all(any(n in names for n in alt) for alt in metric_names(expr))
                 if wanted and not result:
                     empty.append(f"{file} / {panel['title']}: {expr}")
@@ -356,6 +357,7 @@ def check_queries(prom: str, rendered: dict[str, Any], engine: str, ns: str, nam
     for rule in rules:
         results[rule.get("alert") or rule.get("record")] = api(prom, "query", query=rule["expr"])["result"]
         checked += 1
+        with_data += bool(results[rule.get("alert") or rule.get("record")])
         for alt in metric_names(rule["expr"]):  # each selector of the rule, grouped as the rule groups
             for n in alt:
                 if n in ENGINE_SERIES:
@@ -383,5 +385,5 @@ def check_queries(prom: str, rendered: dict[str, Any], engine: str, ns: str, nam
     alerts = api(prom, "alerts")["alerts"]
     assert any(a["labels"]["alertname"] == "InferenceBackendTTFTOverObjective"
                and a["labels"].get("app_kubernetes_io_instance") == name for a in alerts), alerts  # fmt: skip
-    print(f"{checked} dashboard and rule queries answered by Prometheus; alerts: "
+    print(f"{checked} dashboard and rule queries answered by Prometheus, {with_data} with data; alerts: "
           f"{sorted((a['labels']['alertname'], a['state']) for a in alerts)}")  # fmt: skip
