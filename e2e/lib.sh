@@ -34,7 +34,7 @@ binpath() {
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
     keda-operator | keda-adapter) v=$KEDA_VERSION ;;
-    prometheus) v=$PROMETHEUS_VERSION ;;
+    prometheus | promtool) v=$PROMETHEUS_VERSION ;;
     kube-score) v=$KUBE_SCORE_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
@@ -43,7 +43,7 @@ binpath() {
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score lws-controller-manager keda-operator keda-adapter prometheus)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score lws-controller-manager keda-operator keda-adapter prometheus promtool)
 
 # The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.

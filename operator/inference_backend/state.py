@@ -175,6 +175,7 @@ class OperatorState:
         self.waiting.discard(key)
         self.pod_warned.pop(key, None)
         self.failing.pop(key, None)
+        metrics.BACKENDS.forget(*key)
         self._pass_done(key)
         if self.gpus.set(key, None):
             self.wake_waiting()
@@ -284,6 +285,7 @@ class OperatorState:
             return
         self.queue.forget(key)
         self.failing.pop(key, None)
+        metrics.BACKENDS.observe(*key, outcome.status.get("phase"), _ttft_millis(body))
         if outcome.recheck_after is not None:  # its pods are unschedulable: look again when the grace period ends
             self.queue.add_after(key, outcome.recheck_after, "unschedulable")
         if outcome.waiting is not None:
@@ -312,6 +314,7 @@ class OperatorState:
         )
         new = status.failed(previous, generation=generation, reason=failure.reason, message=failure.message,
                             now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+        metrics.BACKENDS.observe(*key, new.get("phase"), _ttft_millis(body))
         if not status.changed(previous, new):
             return
         try:
@@ -355,6 +358,12 @@ class OperatorState:
         if not outcome.status_written:  # the status shows it already (posted before a restart of the operator)
             return
         await self.kube.event(dict(body), "Warning", problem.reason, problem.message)
+
+
+def _ttft_millis(body: Mapping[str, Any]) -> int | None:
+    """spec.objectives.ttftMillis as the API server stored it (a positive integer, or absent)."""
+    value = ((body.get("spec") or {}).get("objectives") or {}).get("ttftMillis")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:

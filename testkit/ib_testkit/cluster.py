@@ -56,10 +56,11 @@ class Operator:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, priority: int | None = None, env: dict[str, str] | None = None,
-              peering: str | None = "inference-backend") -> None:  # fmt: skip
+              peering: str | None = "inference-backend", metrics_port: int = 0) -> None:  # fmt: skip
+        """metrics_port: serve the operator's Prometheus metrics there (0: off)."""
         env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1", **(env or {})}
         cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
-               "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
+               "--metrics-port", str(metrics_port), "--liveness-port", "0"]  # fmt: skip
         if peering is not None:
             cmd += ["--peering", peering]
         if priority is not None:
