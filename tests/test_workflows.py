@@ -9,8 +9,10 @@ What cannot run here (no Docker, no GitHub): building and pushing the images, `h
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -150,3 +152,20 @@ def _kind_nodes() -> list[dict[str, Any]]:
         node("ib-worker", gpu_labels, gpus=1),
         node("ib-worker2", {}),
     ]
+
+
+def test_the_kind_workflows_model_step_writes_a_gguf_model(tmp_path: Path) -> None:
+    """The workflow's own step (its python -c line, with the path moved here) writes a GGUF file that `model inspect`
+    reads as a llama model; tests/contracts boot the real llama-server on the same function's models."""
+    steps = _steps(_workflow("e2e.yaml"))
+    script = next(s["run"] for s in steps if s.get("name", "").startswith("Make a tiny GGUF model"))
+    (line,) = [x for x in script.splitlines() if x.strip().startswith("python -c")]
+    code = shlex.split(line)[2].replace("/tmp/ib-models", str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    cli = Path(sys.executable).parent / "inference-backend"
+    res = subprocess.run([str(cli), "model", "inspect", str(tmp_path / "tiny.gguf"), "--uri", "pvc://tiny-models/tiny.gguf",
+                          "-o", "json"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    spec = json.loads(res.stdout)["spec"]
+    assert spec["format"] == "gguf" and spec["layers"] == 2 and spec["uri"] == "pvc://tiny-models/tiny.gguf"
