@@ -52,7 +52,7 @@ def test_actionlint() -> None:
     # -shellcheck= (empty) turns the shellcheck integration off explicitly when shellcheck is not installed; with it,
     # actionlint checks every run: script too.
     shellcheck = [] if shutil.which("shellcheck") else ["-shellcheck="]
-    res = subprocess.run([ACTIONLINT, "-color=never", *shellcheck, *map(str, WORKFLOWS)],
+    res = subprocess.run([ACTIONLINT, "-no-color", *shellcheck, *map(str, WORKFLOWS)],
                          capture_output=True, text=True, cwd=ROOT, check=False)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
 
