@@ -9,8 +9,10 @@
 - "## Model facts from the artifact": `model inspect` on a Mixtral-shaped directory of that name (tiny zero weights,
   real config.json and safetensors headers), and `kubectl apply -f` of what it printed.
 
-The release is uninstalled first (an earlier module's chart fixture installs it), and left installed: later modules'
-`chart` fixtures upgrade it in place.
+The cluster is made fresh first: the release uninstalled and the CRDs deleted (an earlier module's chart fixture
+installed both, the CRDs with Helm as their field manager; `kubectl apply --server-side` of the same files then
+conflicts on `.spec.versions`, which is why the README installs with `--skip-crds`). The release is left installed:
+later modules' `chart` fixtures upgrade it in place, and `helm upgrade` never touches the CRDs.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def test_install_from_a_checkout() -> None:
     install = [c for c in commands(section("Install")) if OCI not in c]
     assert [c.split()[:2] for c in install] == [["kubectl", "apply"], ["helm", "install"]], install
     uninstall()
+    kubectl("delete", "-f", str(ROOT / "charts/inference-backend/crds"), "--ignore-not-found", "--wait=true")
     for command in install:
         run(command)
     check_the_release_objects()

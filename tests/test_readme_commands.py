@@ -18,11 +18,11 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "make demo": ("Makefile", "demo: venv\n\tPY=$(PY) hack/demo"),
     "make test": (".ci/run", "\nmake test\n"),
     "kubectl apply --server-side -f charts/inference-backend/crds/": INSTALL_TEST,
-    "helm install ib charts/inference-backend --namespace ib-system --create-namespace": INSTALL_TEST,
+    "helm install ib charts/inference-backend --namespace ib-system --create-namespace --skip-crds": INSTALL_TEST,
     # The OCI reference: e2e/test_install.py installs the package the release workflow's `helm package` makes, with
     # the README's command; the push to and the pull from ghcr.io run in the release workflow only.
     "helm install ib oci://ghcr.io/inference-backend/charts/inference-backend --version 0.1.0 --namespace ib-system "
-    "--create-namespace": ("e2e/test_install.py", "run(oci.replace(OCI, str(package)))"),
+    "--create-namespace --skip-crds": ("e2e/test_install.py", "run(oci.replace(OCI, str(package)))"),
     "inference-backend select -f docs/examples/vllm-llama-3-1-8b.yaml --nodes docs/examples/nodes/h100x8.yaml "
     "--models docs/examples/models.yaml": (
         "tests/test_cli.py",
