@@ -323,23 +323,25 @@ def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Seque
             RepositoryNotFoundError,
             RevisionNotFoundError,
         )
+        from huggingface_hub.utils.tqdm import disable_progress_bars
     except ImportError as exc:  # pragma: no cover - fetch extra missing
         raise FetchError("huggingface_hub is not installed (pip install 'inference-backend[fetch]')") from exc
     repo, revision, file = parse_hf(uri)
     token = os.environ.get("HF_TOKEN") or False  # False: never a token from ~/.cache or the keyring
+    endpoint = os.environ.get("HF_ENDPOINT") or None  # read now, not when huggingface_hub was imported
     try:
         if file is not None:
             patterns = [file] if not include else list(include)
         elif include:
             patterns = list(include)
         else:
-            listing = HfApi(token=token).list_repo_files(repo, revision=revision)
+            listing = HfApi(endpoint=endpoint, token=token).list_repo_files(repo, revision=revision)
             patterns = hf_allow_patterns(listing, fmt)
         print(f"fetch {uri} -> {dest}: snapshot of {repo}@{revision or 'main'}, files {patterns}, "
               f"{workers} at a time", file=out, flush=True)  # fmt: skip
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        disable_progress_bars()  # one line per run in the pod's log, not a bar per file
         path = snapshot_download(repo, revision=revision, local_dir=dest, allow_patterns=patterns, token=token,
-                                 max_workers=workers)  # fmt: skip
+                                 endpoint=endpoint, max_workers=workers)  # fmt: skip
     except GatedRepoError as exc:
         raise FetchError(f"{uri}: gated repository: the token in HF_TOKEN has no access ({_first_line(exc)})") from exc
     except RepositoryNotFoundError as exc:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -40,7 +41,7 @@ class S3Server:
     """moto's S3 server with request accounting (see the module docstring)."""
 
     def __init__(self, barrier_parties: int = 0) -> None:
-        from moto.server import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server
 
         self.requests: list[Seen] = []
@@ -70,10 +71,8 @@ class S3Server:
                         self._waiting, wait = self._waiting - 1, True
             try:
                 if wait and self._barrier is not None:
-                    try:
+                    with contextlib.suppress(threading.BrokenBarrierError):  # a sequential client: broken
                         self._barrier.wait()
-                    except threading.BrokenBarrierError:
-                        pass
                 return app(environ, start_response)
             finally:
                 if is_object_get:
@@ -129,13 +128,13 @@ class HubServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 hub._handle(self, body=True)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 hub._handle(self, body=False)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
