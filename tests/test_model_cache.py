@@ -118,3 +118,49 @@ def test_cache_keys_are_distinct_and_valid_subpaths() -> None:
     assert len(set(keys)) == len(keys)
     for k in keys:
         assert len(k) <= 100 and "/" not in k and not k.startswith(".") and k == k.lower()
+
+
+DRAFTED = """
+apiVersion: serving.inferencebackend.io/v1alpha1
+kind: InferenceBackend
+metadata: {name: drafted, namespace: default}
+spec:
+  backend: pytorch
+  model: {modelRef: gpt-1b, cache: {hostPath: /var/cache/models}, credentialsSecret: s3-models}
+  hardware: {accelerator: cpu}
+  speculativeDecoding: {draftModelRef: gpt-125m, numSpeculativeTokens: 4}
+---
+apiVersion: serving.inferencebackend.io/v1alpha1
+kind: Model
+metadata: {name: gpt-1b, namespace: default}
+spec: {uri: 's3://research-models/gpt-1b/', format: safetensors, architecture: GPT2LMHeadModel, parameters: 1.2B,
+       dtype: bfloat16, contextLength: 2048, tokenizer: {family: gpt2, vocabSize: 50257}}
+---
+apiVersion: serving.inferencebackend.io/v1alpha1
+kind: Model
+metadata: {name: gpt-125m, namespace: default}
+spec: {uri: 's3://research-models/gpt-125m/', format: safetensors, architecture: GPT2LMHeadModel, parameters: 125M,
+       dtype: bfloat16, contextLength: 2048, tokenizer: {family: gpt2, vocabSize: 50257}}
+"""
+
+
+def test_a_draft_shares_the_targets_cache_in_its_own_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "ib.yaml").write_text(DRAFTED)
+    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu"},
+           "status": {"allocatable": {"cpu": "32", "memory": "128Gi"},
+                      "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+    (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"kind": "List", "items": [cpu]}))
+    rc = main(["render", "-f", str(tmp_path / "ib.yaml"), "--nodes", str(tmp_path / "nodes.yaml")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    pod = _pod(out.out)
+    dests = {i["name"]: i["command"][3] for i in pod["initContainers"]}
+    assert dests == {"fetch-model": f"/weights-cache/{cache_key('s3://research-models/gpt-1b/')}",
+                     "fetch-draft": f"/weights-cache/{cache_key('s3://research-models/gpt-125m/')}"}  # fmt: skip
+    assert [v["name"] for v in pod["volumes"]].count("weights-cache") == 1
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["/models"]["readOnly"] and mounts["/draft-models"]["readOnly"]
+    assert mounts["/draft-models"]["subPath"] == cache_key("s3://research-models/gpt-125m/")
+    assert "fsGroupChangePolicy" not in pod["securityContext"]  # hostPath: no ownership change by the kubelet
