@@ -1,7 +1,9 @@
 """Fixtures for the end-to-end tests, which run against the cluster of $KUBECONFIG.
 
 Start one with `e2e/up` (or run everything with `e2e/run-tests`, which builds, starts, tests and
-stops). Without a reachable cluster every test here is skipped, with the reason. The cluster must be
+stops). Without a reachable cluster every test here is skipped, with the reason, on a developer's machine; in CI
+(CI=true or GITHUB_ACTIONS=true) it is an error instead, so that a workflow that lost its cluster (a KUBECONFIG not
+exported) fails rather than passing with everything skipped. The cluster must be
 local (API server on 127.0.0.1/localhost/::1) because these tests create nodes and workloads;
 E2E_ALLOW_REMOTE=1 lifts that guard for a disposable remote cluster.
 """
@@ -22,7 +24,7 @@ import pytest
 import yaml
 from ib_testkit import ROOT
 from ib_testkit.audit import audit_event
-from ib_testkit.cluster import EXAMPLES, GROUP, NODE_SETS, SYSTEM_NS, Operator, kubectl, tool
+from ib_testkit.cluster import EXAMPLES, GROUP, NODE_SETS, SYSTEM_NS, Operator, chart_helm_args, kubectl, tool
 
 E2E_SRC = Path(__file__).resolve().parent
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -71,9 +73,16 @@ def _cluster_problem() -> str | None:
     return None
 
 
+def in_ci() -> bool:
+    """CI=true (.ci/run, GitHub Actions, most CI systems) or GITHUB_ACTIONS=true."""
+    return any(os.environ.get(v, "").lower() in ("true", "1") for v in ("CI", "GITHUB_ACTIONS"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _require_cluster() -> None:
     problem = _cluster_problem()
+    if problem and in_ci():
+        pytest.fail(f"no cluster for the e2e tests in CI (a skip would pass with nothing tested): {problem}")
     if problem:
         pytest.skip(problem)
 
@@ -206,7 +215,7 @@ def chart() -> Iterator[None]:
     helm = tool("helm")
     kubectl("apply", "-f", str(NODE_SETS))
     res = subprocess.run([helm, "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "--namespace",
-                          SYSTEM_NS, "--create-namespace", "--wait=false"],
+                          SYSTEM_NS, "--create-namespace", "--wait=false", *chart_helm_args()],
                          capture_output=True, text=True, check=False)  # fmt: skip
     assert res.returncode == 0, res.stderr
     yield
@@ -232,6 +241,8 @@ def sa_kubeconfig(chart: None, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="module")
 def operator(sa_kubeconfig: str, e2e_dir: Path) -> Iterator[Operator]:
+    """The chart's operator: the command, args and env `helm template` renders for its Deployment, run as a local
+    process with its ServiceAccount's token (ib_testkit.cluster.Operator says why not in-cluster here)."""
     kubectl("apply", "-f", str(EXAMPLES / "models.yaml"), "-n", "default")
     op = Operator(sa_kubeconfig, e2e_dir / "logs" / "operator.log")
     op.start()

@@ -22,6 +22,7 @@ HELM_VERSION=$(modver helm helm.sh/helm/v4)
 KEDA_VERSION=$(modver keda github.com/kedacore/keda/v2)
 PROMETHEUS_VERSION=$(modver prometheus github.com/prometheus/prometheus)
 KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
+ACTIONLINT_VERSION=$(modver actionlint github.com/rhysd/actionlint)
 LWS_VERSION=$(modver lws sigs.k8s.io/lws)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
@@ -34,8 +35,9 @@ binpath() {
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
     keda-operator | keda-adapter) v=$KEDA_VERSION ;;
-    prometheus) v=$PROMETHEUS_VERSION ;;
+    prometheus | promtool) v=$PROMETHEUS_VERSION ;;
     kube-score) v=$KUBE_SCORE_VERSION ;;
+    actionlint) v=$ACTIONLINT_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
     *) echo "binpath: unknown binary $1" >&2; return 1 ;;
@@ -43,7 +45,7 @@ binpath() {
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score lws-controller-manager keda-operator keda-adapter prometheus)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score actionlint lws-controller-manager keda-operator keda-adapter prometheus promtool)
 
 # The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 from ib_testkit import ROOT, free_port
 from ib_testkit.autoscaling import Keda, NetNS, Proc, missing_pieces, start_prometheus, wait_http
-from ib_testkit.cluster import EXAMPLES, Operator, apply, example, get_json, kubectl, wait_phase
+from ib_testkit.cluster import EXAMPLES, Operator, apply, chart_helm_args, example, get_json, kubectl, wait_phase
 
 BURST_SECONDS = int(os.environ.get("E2E_AUTOSCALING_BURST_SECONDS", "40"))
 CONCURRENCY = 10
@@ -135,16 +135,11 @@ def operator(keda: Keda, sa_kubeconfig: str, e2e_dir: Path, prometheus_port: int
     """The operator (as conftest's), its ScaledObjects pointed at this module's Prometheus, started after KEDA's
     CRDs exist."""
     kubectl("apply", "-f", str(EXAMPLES / "models.yaml"), "-n", "default")
-    op = Operator(sa_kubeconfig, e2e_dir / "logs" / "operator-autoscaling.log")
-    saved = os.environ.get("IB_PROMETHEUS_ADDRESS")
-    os.environ["IB_PROMETHEUS_ADDRESS"] = f"http://127.0.0.1:{prometheus_port}"
-    try:
-        op.start()
-    finally:
-        if saved is None:
-            del os.environ["IB_PROMETHEUS_ADDRESS"]
-        else:
-            os.environ["IB_PROMETHEUS_ADDRESS"] = saved
+    # The chart's value, so the address reaches the operator the way an install sets it.
+    address = ("--set", f"autoscaling.prometheusAddress=http://127.0.0.1:{prometheus_port}")
+    log = e2e_dir / "logs" / "operator-autoscaling.log"
+    op = Operator(sa_kubeconfig, log, helm_args=(*chart_helm_args(), *address))
+    op.start()
     yield op
     op.stop()
 

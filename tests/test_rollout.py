@@ -127,7 +127,18 @@ def test_a_change_of_free_capacity_alone_never_rewrites_the_strategy() -> None:
     ledger.set(("ns", "other"), (A10G, 1))  # the free GPU is taken
     out, rec = run(body("chat", GPU, first.status), w)
     assert rec.applied == [], "the live Deployment keeps its strategy until the next rollout"
-    assert out.status["rollout"]["strategy"] == "surge"
+    assert out.status["rollout"] == first.status["rollout"], "the reason given when it was chosen stays"
+    assert "1 free NVIDIA-A10G" in out.status["rollout"]["reason"]
+
+
+def test_a_status_without_the_reason_says_the_strategy_was_kept() -> None:
+    ledger = GpuLedger()
+    first, w, _ = serve(GPU, 2, ledger)
+    out, _ = run(body("chat", GPU, {k: v for k, v in first.status.items() if k != "rollout"}), w)
+    assert out.status["rollout"] == {
+        "strategy": "surge",
+        "reason": "auto: surge, chosen when the current template was rolled out",
+    }
 
 
 def test_explicit_surge_without_room_waits_and_the_old_pods_keep_serving() -> None:

@@ -70,10 +70,15 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     """Multi-document YAML of what the operator would apply (render.render, the same code path)."""
+    from inference_backend import images
     from inference_backend.autoscaling import Settings
     from inference_backend.render import render_result, to_yaml
 
     scaling = Settings(args.prometheus_address, args.autoscaling_label_matchers)
+    try:
+        policy = images.from_args(args)
+    except images.ImagePolicyError as exc:
+        raise ManifestError(f"image policy: {exc}") from exc
 
     ibs, models, cluster = _inputs(args)
     status = EXIT_OK
@@ -85,7 +90,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(format_text(ib.metadata.name, decision), file=sys.stderr)
             continue
         try:
-            result = render_result(ib, decision, scaling=scaling)
+            result = render_result(ib, decision, scaling=scaling, image_policy=policy)
         except InvalidSpec as exc:
             raise ManifestError(f"InferenceBackend {ib.metadata.name}: {exc}") from exc
         for note in result.unsupported:
@@ -141,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ren.add_argument("--autoscaling-label-matchers", default=DEFAULT_MATCHERS,
                      help="PromQL label matchers of one backend's series, as the operator's flag")  # fmt: skip
+    from inference_backend import images
+
+    images.add_arguments(ren)
     sel.set_defaults(func=cmd_select)
     ren.set_defaults(func=cmd_render)
     fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")

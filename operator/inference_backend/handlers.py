@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import kopf
 
-from inference_backend import autoscaling
+from inference_backend import autoscaling, images
 from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
 from inference_backend.kube import LWS_GROUP, LWS_PLURAL, LWS_VERSION
@@ -62,6 +62,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
             prometheus_address=os.environ.get("IB_PROMETHEUS_ADDRESS") or autoscaling.DEFAULT_PROMETHEUS,
             label_matchers=os.environ.get("IB_AUTOSCALING_LABEL_MATCHERS") or autoscaling.DEFAULT_MATCHERS,
         ),
+        image_policy=images.from_env(os.environ),  # validated by run.py before kopf starts
     )
     memo.state = state
     state.start()

@@ -42,7 +42,7 @@ def _with_hash(base: str, original: str, max_length: int, trim: str) -> str:
 
 def dns1035_label(name: str, max_length: int = MAX_LABEL) -> str:
     """``name`` if it is a DNS-1035 label of at most ``max_length`` characters, else a derived one."""
-    if len(name) <= max_length and re.match(DNS1035_LABEL, name):
+    if len(name) <= max_length and re.fullmatch(DNS1035_LABEL, name):
         return name
     base = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     if not base[:1].isalpha():
@@ -52,7 +52,7 @@ def dns1035_label(name: str, max_length: int = MAX_LABEL) -> str:
 
 def label_value(value: str) -> str:
     """``value`` if it is a valid label value, else a derived one (truncated, invalid characters replaced)."""
-    if len(value) <= MAX_LABEL and re.match(LABEL_VALUE, value):
+    if len(value) <= MAX_LABEL and re.fullmatch(LABEL_VALUE, value):
         return value
     base = re.sub(r"[^-A-Za-z0-9_.]+", "-", value).strip("-_.")
     return _with_hash(base, value, MAX_LABEL, "-_.")

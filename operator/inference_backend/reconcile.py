@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from inference_backend import autoscaling, metrics, status
+from inference_backend import autoscaling, images, metrics, status
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
 from inference_backend.api.common import GROUP
 from inference_backend.api.inferencebackend import Autoscaling
@@ -146,6 +146,8 @@ class World:
     clock: Callable[[], float] = time.time
     scaling: autoscaling.Settings = autoscaling.DEFAULT
     """The Prometheus the ScaledObjects of spec.autoscaling query, and how they select a backend's series."""
+    image_policy: images.Policy = images.EMPTY
+    """The registry mirror, image overrides and pull secrets applied to every rendered pod template."""
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
         if self.grouped is not None:
@@ -321,7 +323,7 @@ def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], re
     objects: list[dict[str, Any]] = []
     if decision is not None and decision.satisfiable:
         try:
-            objects = render(ib, decision, scaling=world.scaling)
+            objects = render(ib, decision, scaling=world.scaling, image_policy=world.image_policy)
             if ib.spec.autoscaling is not None:
                 scaler = autoscaling.describe(ib, decision.backend or "", world.scaling)
         except InvalidSpec as exc:
@@ -502,6 +504,14 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
     if scaler_status is not None and "backend" in new_status:
         new_status["autoscaling"] = scaler_status
     rollout = plan.rollout.to_status() if plan.rollout is not None else None
+    said = previous.get("rollout") or {}
+    if (
+        rollout is not None
+        and plan.rollout is not None
+        and plan.rollout.kept
+        and said.get("strategy") == rollout["strategy"]
+    ):
+        rollout = said  # the reason given when it was chosen, not a rewrite on the next pass
     if rollout is not None and "backend" in new_status:
         new_status["rollout"] = rollout
     written = False

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from inference_backend import autoscaling
+from inference_backend import autoscaling, images
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision, InvalidSpec
 from inference_backend.engines import ENGINES, EngineContainer, card
@@ -223,9 +223,12 @@ def selector_string(name: str) -> str:
 
 
 def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
-                  scaling: autoscaling.Settings = autoscaling.DEFAULT) -> Rendered:  # fmt: skip
+                  scaling: autoscaling.Settings = autoscaling.DEFAULT,
+                  image_policy: images.Policy = images.EMPTY) -> Rendered:  # fmt: skip
     """Everything ``render`` returns, plus the engine container, the spec hash and the notes. With
-    spec.autoscaling the Deployment has no replicas (the autoscaler owns them) and a KEDA ScaledObject follows."""
+    spec.autoscaling the Deployment has no replicas (the autoscaler owns them) and a KEDA ScaledObject follows.
+    ``image_policy``: the operator's mirror, image overrides and pull secrets (images.py), applied to every pod
+    template before its hash is taken."""
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
     spec = ib.spec
@@ -288,9 +291,10 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
                 **resources.get("requests", {}),
                 "ephemeral-storage": weights if held else SMALL_DISK,
             }
+    pod_spec = images.apply(pod_spec, image_policy)
     template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
     if decision.placement.multi_node:
-        return _multi_node(ib, decision, c, template)
+        return _multi_node(ib, decision, c, template, image_policy)
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
 
@@ -386,7 +390,8 @@ def lws_name(name: str) -> str:
     return dns1035_label(f"{name}-lws", 40)
 
 
-def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, template: Json) -> Rendered:
+def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, template: Json,
+                image_policy: images.Policy) -> Rendered:  # fmt: skip
     """A replica over several nodes: one LeaderWorkerSet group per replica, of ``nodes`` pods (a leader, which serves
     the API, and nodes - 1 workers), each on its own node with the node's GPUs; the Service selects the leaders."""
     assert decision.placement is not None and decision.backend is not None
@@ -399,7 +404,7 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
     worker = json.loads(json.dumps(leader))
     main = _hardened(c.worker_k8s(), None)
     main["resources"] = json.loads(json.dumps(leader["spec"]["containers"][0]["resources"]))  # the same per pod
-    worker["spec"]["containers"] = [main]
+    worker["spec"]["containers"] = images.apply({"containers": [main]}, image_policy)["containers"]
     # only the leader serves HTTP metrics (vLLM's headless workers serve nothing; SGLang's a health check)
     worker["metadata"]["annotations"] = {}
     worker["metadata"]["labels"]["app.kubernetes.io/component"] = WORKER_COMPONENT
@@ -441,12 +446,14 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
 
 
 def render(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
-           scaling: autoscaling.Settings = autoscaling.DEFAULT) -> list[Json]:  # fmt: skip
+           scaling: autoscaling.Settings = autoscaling.DEFAULT,
+           image_policy: images.Policy = images.EMPTY) -> list[Json]:  # fmt: skip
     """The Deployment (a LeaderWorkerSet when one replica spans nodes), Service (and PodDisruptionBudget when
     replicas, or autoscaling.maxReplicas, > 1) of one InferenceBackend, and with spec.autoscaling its KEDA
     ScaledObject. ``surge``: the rollout strategy the operator chose (rollout.py); None renders spec.rollout as it
-    can be offline. ``scaling``: the operator's Prometheus settings for the ScaledObject."""
-    return list(render_result(ib, decision, surge, scaling).objects)
+    can be offline. ``scaling``: the operator's Prometheus settings for the ScaledObject. ``image_policy``: its
+    registry mirror, image overrides and pull secrets (images.py)."""
+    return list(render_result(ib, decision, surge, scaling, image_policy).objects)
 
 
 # libyaml's emitter when PyYAML was built with it (same output, ~10x faster); the pure-Python one otherwise.

@@ -70,6 +70,9 @@ class Choice:
     reason: str
     extra: int = 0
     """Replicas reserved beyond spec.replicas while the rollout lasts (1 for a surge rollout on GPUs)."""
+    kept: bool = False
+    """Read back from the live Deployment rather than chosen now: the status keeps the reason given when it was
+    chosen (which names the free devices of that moment) where it says the same strategy."""
 
     def to_status(self) -> dict[str, Any] | None:
         if self.surge is None:
@@ -97,7 +100,7 @@ def choose(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[Hard
         # Rolled out (or rolling) with the live choice: a change of free capacity alone never rewrites it.
         how = "surge" if live.surge else "recreate"
         return Choice(live.surge, f"auto: {how}, chosen when the current template was rolled out",
-                      1 if live.surge and live.in_flight else 0)  # fmt: skip
+                      1 if live.surge and live.in_flight else 0, kept=True)  # fmt: skip
     pool = pool_of(gpu)
     usable, _ = usable_classes(spec.hardware, cluster)
     classes = [(u.hardware, u.nodes) for u in usable]

@@ -6,10 +6,12 @@ import argparse
 import logging
 import os
 import secrets
+import sys
 
 import kopf
 from prometheus_client import start_http_server
 
+from inference_backend import images
 from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
 from inference_backend.reconcile import UNSCHEDULABLE_GRACE
 
@@ -47,12 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PromQL label matchers selecting one backend's engine series, with {namespace}, {name} and {instance} "
         f"filled in (default {DEFAULT_MATCHERS}; env IB_AUTOSCALING_LABEL_MATCHERS)",
     )
+    images.add_arguments(parser, os.environ)
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
 
 def run(args: argparse.Namespace) -> int:
     from inference_backend import handlers  # noqa: F401  (registers the handlers)
 
+    try:
+        policy = images.from_args(args)
+    except images.ImagePolicyError as exc:  # refuse to start rather than render images nobody can pull
+        print(f"inference-backend operator: invalid image policy: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.metrics_port:
         start_http_server(args.metrics_port)
@@ -60,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     os.environ["IB_UNSCHEDULABLE_GRACE_SECONDS"] = str(args.unschedulable_grace_seconds)  # read at startup
     os.environ["IB_PROMETHEUS_ADDRESS"] = args.prometheus_address
     os.environ["IB_AUTOSCALING_LABEL_MATCHERS"] = args.autoscaling_label_matchers
+    os.environ[images.REGISTRY_ENV] = policy.registry or ""
+    os.environ[images.OVERRIDES_ENV] = args.image_overrides
+    os.environ[images.PULL_SECRETS_ENV] = ",".join(policy.pull_secrets)
+    if not policy.empty:
+        logging.getLogger(__name__).info("image policy: %s", images.rendered_images(policy))
     priority = args.priority if args.priority is not None else secrets.randbelow(2**31 - 1) + 1
     logging.getLogger(__name__).info("peering %s with priority %d", args.peering or "(standalone)", priority)
     kopf.run(

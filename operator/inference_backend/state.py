@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from lightkube import AsyncClient
 
-from inference_backend import autoscaling, metrics, status
+from inference_backend import autoscaling, images, metrics, status
 from inference_backend.capacity import GpuLedger
 from inference_backend.kube import Kube, describe_error
 from inference_backend.nodewatch import NodeClasses
@@ -97,8 +97,10 @@ class Children(Mapping[tuple[str, str, str], Child]):
 class OperatorState:
     def __init__(self, indexes: Indexes, *, kube: Kube | None = None, workers: int = 8, debounce: float = 1.0,
                  unschedulable_grace: float = UNSCHEDULABLE_GRACE,
-                 scaling: autoscaling.Settings = autoscaling.DEFAULT) -> None:  # fmt: skip
+                 scaling: autoscaling.Settings = autoscaling.DEFAULT,
+                 image_policy: images.Policy = images.EMPTY) -> None:  # fmt: skip
         self.indexes = indexes
+        self.image_policy = image_policy
         self.unschedulable_grace = unschedulable_grace
         self.scaling = scaling
         self.kube = kube or Kube()
@@ -173,6 +175,7 @@ class OperatorState:
         self.waiting.discard(key)
         self.pod_warned.pop(key, None)
         self.failing.pop(key, None)
+        metrics.BACKENDS.forget(*key)
         self._pass_done(key)
         if self.gpus.set(key, None):
             self.wake_waiting()
@@ -233,7 +236,8 @@ class OperatorState:
         children = Children(ix.deployments, ix.lws, ix.services, ix.pdbs)
         version = (self.nodes.version, self.models_version)
         return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods,
-                     unschedulable_grace=self.unschedulable_grace, scaling=self.scaling)  # fmt: skip
+                     unschedulable_grace=self.unschedulable_grace, scaling=self.scaling,
+                     image_policy=self.image_policy)  # fmt: skip
 
     async def process(self, key: Key, trigger: str) -> None:
         await self.nodes.ready.wait()  # the first node listing is in
@@ -281,6 +285,7 @@ class OperatorState:
             return
         self.queue.forget(key)
         self.failing.pop(key, None)
+        metrics.BACKENDS.observe(*key, outcome.status.get("phase"), _ttft_millis(body))
         if outcome.recheck_after is not None:  # its pods are unschedulable: look again when the grace period ends
             self.queue.add_after(key, outcome.recheck_after, "unschedulable")
         if outcome.waiting is not None:
@@ -309,6 +314,7 @@ class OperatorState:
         )
         new = status.failed(previous, generation=generation, reason=failure.reason, message=failure.message,
                             now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
+        metrics.BACKENDS.observe(*key, new.get("phase"), _ttft_millis(body))
         if not status.changed(previous, new):
             return
         try:
@@ -352,6 +358,12 @@ class OperatorState:
         if not outcome.status_written:  # the status shows it already (posted before a restart of the operator)
             return
         await self.kube.event(dict(body), "Warning", problem.reason, problem.message)
+
+
+def _ttft_millis(body: Mapping[str, Any]) -> int | None:
+    """spec.objectives.ttftMillis as the API server stored it (a positive integer, or absent)."""
+    value = ((body.get("spec") or {}).get("objectives") or {}).get("ttftMillis")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -188,9 +188,12 @@ def start_prometheus(
     targets: dict[str, tuple[str, dict[str, str]]],
     scrape_interval: str = "1s",
     port: int | None = None,
+    scrape_configs: list[dict[str, Any]] | None = None,
+    rule_files: list[Path] | None = None,
 ) -> tuple[Proc, str]:
-    """Prometheus on 127.0.0.1:port scraping each job's (host:port, extra target labels) every scrape_interval;
-    returns it and its base URL."""
+    """Prometheus on 127.0.0.1:port scraping each job's (host:port, extra target labels) every scrape_interval,
+    plus any further scrape_configs as they are, evaluating rule_files every scrape_interval; returns it and its
+    base URL."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config = workdir / "prometheus.yml"
@@ -198,9 +201,13 @@ def start_prometheus(
         yaml.safe_dump(
             {
                 "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+                "rule_files": [str(f) for f in rule_files or []],
                 "scrape_configs": [
-                    {"job_name": job, "static_configs": [{"targets": [target], "labels": labels}]}
-                    for job, (target, labels) in targets.items()
+                    *(
+                        {"job_name": job, "static_configs": [{"targets": [target], "labels": labels}]}
+                        for job, (target, labels) in targets.items()
+                    ),
+                    *(scrape_configs or []),
                 ],
             }
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -50,21 +51,104 @@ def get_json(*args: str) -> Any:
     return json.loads(kubectl("get", *args, "-o", "json"))
 
 
+CHART = ROOT / "charts/inference-backend"
+RELEASE = "ib"
+PORT_FLAGS = ("--metrics-port", "--liveness-port")
+"""The only arguments of the chart's command replaced for a local process: its ports (8080, 8081 in a pod, one per
+pod IP) would collide between the operators a test runs side by side on this host, so each gets 0 (off) unless the
+test asks for one."""
+
+
+def chart_helm_args() -> tuple[str, ...]:
+    """Extra `helm` arguments for the chart e2e installs and renders, from $E2E_HELM_ARGS (shell words; empty: the
+    chart's defaults). The kind workflow sets `--set replicas=0` there once its in-cluster checks are done, so that
+    the operator the suite starts is the only one."""
+    return tuple(shlex.split(os.environ.get("E2E_HELM_ARGS", "")))
+
+
+def chart_operator_container(*helm_args: str, namespace: str = SYSTEM_NS) -> dict[str, Any]:
+    """The operator container of the chart's Deployment exactly as `helm template` renders it (default values unless
+    helm_args set some): its command, args and env are what a cluster runs."""
+    res = subprocess.run([tool("helm"), "template", RELEASE, str(CHART), "--namespace", namespace, *helm_args],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    if res.returncode != 0:
+        raise AssertionError(f"helm template {CHART} failed: {res.stderr}")
+    deployments = [d for d in yaml.safe_load_all(res.stdout) if d and d.get("kind") == "Deployment"]
+    if len(deployments) != 1:
+        raise AssertionError(f"the chart renders {len(deployments)} Deployments, expected the operator's alone")
+    containers = deployments[0]["spec"]["template"]["spec"]["containers"]
+    named = [c for c in containers if c["name"] == "operator"]
+    if len(named) != 1:
+        names = [c["name"] for c in containers]
+        raise AssertionError(f"no container named operator in the chart's Deployment: {names}")
+    return named[0]  # type: ignore[no-any-return]
+
+
+def chart_operator_process(
+    container: dict[str, Any], *, metrics_port: int = 0, liveness_port: int = 0, namespace: str = SYSTEM_NS
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of a local process equivalent to the chart's operator container.
+
+    The command's first word is resolved in this interpreter's bin/ (the console script the wheel installs, the same
+    entry point as the image's); the args are the chart's, with PORT_FLAGS alone replaced; the env is the chart's,
+    where a valueFrom may only be the pod's namespace or name (anything else fails: a chart change the local process
+    cannot honour must break e2e, not be dropped)."""
+    command = list(container.get("command") or [])
+    if not command:
+        raise AssertionError("the chart's operator container has no command (the image's ENTRYPOINT would run)")
+    script = Path(sys.executable).parent / command[0]
+    if not script.is_file():
+        raise AssertionError(f"{command[0]} (the chart's command) is not installed beside {sys.executable}")
+    ports = {"--metrics-port": str(metrics_port), "--liveness-port": str(liveness_port)}
+    args: list[str] = []
+    for arg in container.get("args") or []:
+        flag = arg.split("=", 1)[0]
+        args.append(f"{flag}={ports[flag]}" if flag in ports and "=" in arg else arg)
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+            continue
+        field = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if field == "metadata.namespace":
+            env[var["name"]] = namespace
+        elif field == "metadata.name":
+            env[var["name"]] = f"{RELEASE}-local-operator"
+        else:
+            raise AssertionError(f"env {var['name']} of the chart's operator: {var} has no local equivalent")
+    return [str(script), *command[1:], *args], env
+
+
+FROM_CHART = "<from the chart>"
+
+
 class Operator:
-    def __init__(self, kubeconfig: str, log: Path) -> None:
+    """The operator as a local process started with exactly the command, args and environment that `helm template`
+    renders for the chart's Deployment (chart_operator_process: only the ports differ), authenticated with the chart's
+    ServiceAccount token. It cannot run in-cluster here: KWOK's nodes run no containers, and this machine has no
+    container runtime to build the image; the kind workflow (.github/workflows/e2e.yaml) runs the chart's Deployment
+    itself, in-cluster, from the image it builds."""
+
+    def __init__(self, kubeconfig: str, log: Path, helm_args: tuple[str, ...] | None = None) -> None:
         self.kubeconfig, self.log = kubeconfig, log
+        self.helm_args = chart_helm_args() if helm_args is None else helm_args
         self.proc: subprocess.Popen[bytes] | None = None
+        self.argv: list[str] = []
 
     def start(self, priority: int | None = None, env: dict[str, str] | None = None,
-              peering: str | None = "inference-backend") -> None:  # fmt: skip
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1", **(env or {})}
-        cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
-               "--metrics-port", "0", "--liveness-port", "0"]  # fmt: skip
-        if peering is not None:
-            cmd += ["--peering", peering]
+              peering: str | None = FROM_CHART, metrics_port: int = 0) -> None:  # fmt: skip
+        """peering: the chart's --peering as rendered (FROM_CHART), another name, or None for standalone mode (the
+        chart's --peering dropped); env: set over the chart's; metrics_port: 0 (off) unless a test scrapes it."""
+        argv, chart_env = chart_operator_process(chart_operator_container(*self.helm_args), metrics_port=metrics_port)
+        if peering != FROM_CHART:
+            argv = [a for a in argv if a != "--peering" and not a.startswith("--peering=")]
+            if peering is not None:
+                argv.append(f"--peering={peering}")
         if priority is not None:
-            cmd.append(f"--priority={priority}")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+            argv.append(f"--priority={priority}")
+        self.argv = argv
+        env = {**os.environ, **chart_env, "KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -1,4 +1,4 @@
-// Wrapper module: builds github.com/prometheus/prometheus/cmd/prometheus at v0.316.0 (Prometheus
+// Wrapper module: builds github.com/prometheus/prometheus/cmd/prometheus and cmd/promtool at v0.316.0 (Prometheus
 // 3.x's Go module version) from the Go module proxy with the dependency versions pinned below
 // (go.sum is committed). Bump the version here and run 'go mod tidy' in this directory;
 // e2e/build-binaries reads the version from this file.
@@ -6,7 +6,10 @@ module inference-backend.local/e2e/prometheus
 
 go 1.26.7
 
-tool github.com/prometheus/prometheus/cmd/prometheus
+tool (
+	github.com/prometheus/prometheus/cmd/prometheus
+	github.com/prometheus/prometheus/cmd/promtool
+)
 
 require (
 	cloud.google.com/go/auth v0.24.1-0.20261001053825-dbc26066f70a // indirect
@@ -155,6 +158,7 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/mwitkow/go-conntrack v0.0.0-20190716064945-2f068394615f // indirect
+	github.com/nsf/jsondiff v0.0.0-20260207060731-8e8d90c4c0ac // indirect
 	github.com/oklog/run v1.2.0 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/open-telemetry/opentelemetry-collector-contrib/internal/exp/metrics v0.163.0 // indirect

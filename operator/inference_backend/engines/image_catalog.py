@@ -1,0 +1,33 @@
+"""Every image the operator renders on its own (the engines' pinned images and the fetch init container's), by the
+key of its override in the operator's image policy (inference_backend.images; the chart's ``engineImages.<key>``).
+"""
+
+from __future__ import annotations
+
+from inference_backend.engines import artifacts, llamacpp, onnxruntime, pytorch, sglang, tgi, vllm
+
+CATALOG: dict[str, str] = {
+    "vllm": vllm.IMAGE,
+    "vllmRocm": vllm.ROCM_IMAGE,
+    "sglang": sglang.IMAGE,
+    "tgi": tgi.IMAGE,
+    "llamacppCpu": llamacpp.IMAGE_CPU,
+    "llamacppCuda": llamacpp.IMAGE_CUDA,
+    "llamacppRocm": llamacpp.IMAGE_ROCM,
+    "pytorch": pytorch.IMAGE,
+    "onnxruntime": onnxruntime.IMAGE,
+    "fetch": artifacts.OPERATOR_IMAGE,
+}
+"""Every image the operator renders on its own, by the key of its override (Helm ``engineImages.<key>``)."""
+DESCRIPTIONS: dict[str, str] = {
+    "vllm": "vLLM on NVIDIA GPUs (CUDA)",
+    "vllmRocm": "vLLM on AMD GPUs (ROCm)",
+    "sglang": "SGLang on NVIDIA GPUs",
+    "tgi": "Text Generation Inference on NVIDIA GPUs",
+    "llamacppCpu": "llama.cpp server on CPU",
+    "llamacppCuda": "llama.cpp server on NVIDIA GPUs",
+    "llamacppRocm": "llama.cpp server on AMD GPUs",
+    "pytorch": "our PyTorch runner (CPU and NVIDIA GPUs)",
+    "onnxruntime": "our ONNX Runtime server (CPU and NVIDIA GPUs)",
+    "fetch": "the init container downloading s3://, gs://, hf:// and http(s):// weights",
+}
