@@ -1,9 +1,13 @@
-"""inference-backend fetch against a real S3-compatible server (moto's server mode on 127.0.0.1)."""
+"""inference-backend fetch against a real S3-compatible server (moto's server mode on 127.0.0.1): recursive copies,
+idempotence, parallel GETs (counted server-side, ib_testkit.stores.S3Server), the completion marker a model cache
+relies on (a second run into the same directory sends no GET), and an interrupted download completed."""
 
 from __future__ import annotations
 
 import io
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +16,9 @@ import pytest
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
 
+from ib_testkit.stores import S3Server, put_objects  # noqa: E402
 from inference_backend.cli import main  # noqa: E402
-from inference_backend.fetch import FetchError, fetch  # noqa: E402
+from inference_backend.fetch import MARKER, FetchError, fetch  # noqa: E402
 
 FILES = {
     "llama/config.json": b'{"model_type": "llama"}',
@@ -67,7 +72,9 @@ def test_single_file(s3: str, tmp_path: Path) -> None:
 
 def test_idempotent_skips_complete_files_and_redoes_partial(s3: str, tmp_path: Path) -> None:
     fetch("s3://models/llama", tmp_path, io.StringIO())
-    (tmp_path / "config.json").write_bytes(b"{")  # truncated: wrong size
+    # An interrupted run: no completion marker, one file truncated (wrong size).
+    (tmp_path / MARKER).unlink()
+    (tmp_path / "config.json").write_bytes(b"{")
     out = io.StringIO()
     fetch("s3://models/llama", tmp_path, out)
     assert out.getvalue().count("skipped") == 2
@@ -84,3 +91,100 @@ def test_cli_exit_codes(s3: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["fetch", "s3://no-such-bucket/x", str(tmp_path)]) == 1
     assert "error: s3://no-such-bucket/x" in capsys.readouterr().err
     assert main(["fetch", "ftp://x/y", str(tmp_path)]) == 1
+
+
+# ---- parallel downloads and the model cache, with requests counted by the server ------------------------------
+
+MANY = {f"shards/model-{i:05d}-of-00008.safetensors": bytes([i]) * 50_000 for i in range(8)} | {
+    "shards/config.json": b'{"model_type": "llama"}'}  # fmt: skip
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
+    """A fresh moto server whose first two object GETs wait for each other at a barrier (5 s at most)."""
+    server = S3Server(barrier_parties=2).start()
+    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                       "AWS_ENDPOINT_URL": server.endpoint, "AWS_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    put_objects(server.endpoint, "models", MANY.items())
+    server.reset()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_prefix_objects_are_downloaded_concurrently(counted: S3Server, tmp_path: Path) -> None:
+    """Two GETs in flight at once, seen by the server (a sequential client breaks the barrier: max stays 1)."""
+    out = io.StringIO()
+    files = fetch("s3://models/shards/", tmp_path, out, workers=4)
+    assert len(files) == 9
+    assert counted.max_concurrent_gets >= 2, counted.max_concurrent_gets
+    assert "4 at a time" in out.getvalue()
+    for rel, body in MANY.items():
+        assert (tmp_path / rel.removeprefix("shards/")).read_bytes() == body
+
+
+def test_one_worker_is_sequential(counted: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counterpart that shows the count can fail: IB_FETCH_WORKERS=1 never has two GETs in flight."""
+    monkeypatch.setenv("IB_FETCH_WORKERS", "1")
+    fetch("s3://models/shards/", tmp_path, io.StringIO())
+    assert counted.max_concurrent_gets == 1
+
+
+def test_workers_out_of_range_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IB_FETCH_WORKERS", "lots")
+    with pytest.raises(FetchError, match="IB_FETCH_WORKERS='lots' is not an integer"):
+        fetch("s3://models/x", tmp_path, io.StringIO())
+    with pytest.raises(FetchError, match="workers must be 1 to 64"):
+        fetch("s3://models/x", tmp_path, io.StringIO(), workers=0)
+
+
+def test_cache_dir_second_run_downloads_nothing(counted: S3Server, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The CLI twice into one cache directory (a pod and its restart, or a second replica): the second run finds
+    the completion marker and sends no request at all."""
+    cache = tmp_path / "cache" / "s3-shards"
+    assert main(["fetch", "s3://models/shards/", str(cache)]) == 0
+    first = len(counted.object_gets())
+    assert first >= 9
+    counted.reset()
+    assert main(["fetch", "s3://models/shards/", str(cache)]) == 0
+    assert counted.requests == []
+    assert "nothing to download" in capsys.readouterr().out
+    # Another URI into the same directory is not taken for complete.
+    put_objects(counted.endpoint, "other", [("m/config.json", b"{}")])
+    counted.reset()
+    assert main(["fetch", "s3://other/m/", str(cache)]) == 0
+    assert len(counted.object_gets("/other/")) == 1
+
+
+def test_interrupted_download_is_completed(counted: S3Server, tmp_path: Path) -> None:
+    """A run killed mid-way leaves finished files and a .partial: the next run fetches only what is missing."""
+    fetch("s3://models/shards/", tmp_path, io.StringIO())
+    (tmp_path / MARKER).unlink()
+    done = tmp_path / "model-00003-of-00008.safetensors"
+    done.rename(done.with_name(done.name + ".partial"))
+    done.with_name(done.name + ".partial").write_bytes(b"\\3" * 100)  # a truncated partial file
+    (tmp_path / "model-00007-of-00008.safetensors").unlink()
+    counted.reset()
+    fetch("s3://models/shards/", tmp_path, io.StringIO())
+    fetched = sorted(r.path.rsplit("/", 1)[1] for r in counted.object_gets())
+    assert set(fetched) == {"model-00003-of-00008.safetensors", "model-00007-of-00008.safetensors"}, fetched
+    assert done.read_bytes() == MANY["shards/model-00003-of-00008.safetensors"]
+    assert not list(tmp_path.glob("*.partial"))
+    assert (tmp_path / MARKER).is_file()
+
+
+def test_a_second_pod_waits_for_the_first(counted: S3Server, tmp_path: Path) -> None:
+    """Two concurrent first downloads into one cache (two replicas, two processes): one downloads, the other waits
+    on the lock and then finds the marker; every object is fetched once."""
+    cache = tmp_path / "cache"
+    code = "import sys; from inference_backend.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "fetch", "s3://models/shards/", str(cache), "--workers", "2"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    texts = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], texts
+    assert sum("completed by another pod" in t or "nothing to download" in t for t in texts) == 1, texts
+    keys = [r.path for r in counted.object_gets()]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 9, keys

@@ -104,7 +104,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from inference_backend.fetch import FetchError, fetch
 
     try:
-        fetch(args.uri, args.dir)
+        fetch(args.uri, args.dir, fmt=args.format, include=args.include or (), workers=args.workers)
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -154,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")
     fet.add_argument("uri", help="a file or a prefix: s3://bucket/key, gs://bucket/prefix/, hf://org/repo")
     fet.add_argument("dir", help="destination directory (created if missing)")
+    fet.add_argument("--format", choices=("safetensors", "pytorch", "onnx", "gguf"),
+                     help="hf:// repositories: the weights to download besides configs and tokenizers "
+                          "(default: safetensors, else PyTorch .bin/.pt)")  # fmt: skip
+    fet.add_argument("--include", action="append", metavar="GLOB",
+                     help="only files matching GLOB (relative path or base name; repeatable)")  # fmt: skip
+    fet.add_argument("--workers", type=int, default=None,
+                     help="objects downloaded at a time (default: env IB_FETCH_WORKERS, else 8)")  # fmt: skip
     fet.set_defaults(func=cmd_fetch)
     ben = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint with guidellm (JSON, PNG, table)")
     add_bench_arguments(ben)

@@ -32,6 +32,15 @@ class InvalidSpec(ValueError):
 
 
 @dataclass(frozen=True)
+class WeightsCache:
+    """spec.model.cache: where fetched weights persist (one of a PVC's name and a node path)."""
+
+    claim: str | None = None
+    host_path: str | None = None
+    size: str | int | None = None
+
+
+@dataclass(frozen=True)
 class ResolvedModel:
     """The model's facts after merging the registered Model with the inline ones and applying defaults."""
 
@@ -54,6 +63,8 @@ class ResolvedModel:
     model_ref: str | None = None
     active_parameters: int | None = None
     """Mixture of experts: parameters one token runs through (speed is rated by these; memory by ``parameters``)."""
+    cache: WeightsCache | None = None
+    """spec.model.cache (the draft of a fetched target shares it)."""
 
     @property
     def rated_parameters(self) -> int:

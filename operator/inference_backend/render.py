@@ -20,9 +20,10 @@ from inference_backend import autoscaling, images
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision, InvalidSpec
 from inference_backend.engines import ENGINES, EngineContainer, card
+from inference_backend.engines.artifacts import CACHE_VOLUME
 from inference_backend.facts import pod_selector, tolerates
 from inference_backend.names import dns1035_label, endpoint, label_value, service_name
-from inference_backend.quantity import GIB
+from inference_backend.quantity import GIB, parse_quantity
 from inference_backend.rollout import strategy
 
 Json = dict[str, Any]
@@ -186,6 +187,22 @@ def _on_disk(volume: Json) -> bool:
     return isinstance(empty, dict) and empty.get("medium") != "Memory"
 
 
+def _check_cache(ib: InferenceBackend, decision: Decision, weights: str, security: Json,
+                 volumes: tuple[Json, ...]) -> None:  # fmt: skip
+    """spec.model.cache: refuse a claim whose given size cannot hold the weights; give the pod fsGroup 65532 (the
+    fetch step's user) when it has none, so that the fetch init container can write into the claim (the kubelet
+    makes the volume group-writable; OnRootMismatch: only when its root is not already so)."""
+    cache = ib.spec.model.cache
+    if cache is None:
+        return
+    if cache.size is not None and parse_quantity(cache.size) < parse_quantity(weights):
+        raise InvalidSpec("spec.model.cache.size", f"{cache.size} cannot hold the weights ({weights} with headroom)")
+    if any(v.get("name") == CACHE_VOLUME and "persistentVolumeClaim" in v for v in volumes):
+        if "fsGroup" not in security:
+            security["fsGroup"] = INIT_USER
+        security["fsGroupChangePolicy"] = "OnRootMismatch"
+
+
 def _weights_quantity(decision: Decision) -> str:
     """Disk for one copy of the weights (the draft's included), with a tenth and 1 GiB of headroom (tokenizer,
     config, partial downloads)."""
@@ -246,7 +263,12 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     caps = card(engine)
     pod_spec["securityContext"] = _pod_security(caps.run_as_user)
     weights = _weights_quantity(decision)
-    downloads = decision.model is not None and (decision.model.uri or "").startswith("hf://") and caps.own_hf_loader
+    _check_cache(ib, decision, weights, pod_spec["securityContext"], c.volumes)
+    # The engine's own loader downloads into its model-cache emptyDir, unless the fetch step did (spec.model.cache,
+    # a revision in the uri).
+    fetched = any(i.get("name") == "fetch-model" for i in c.init_containers)
+    downloads = (decision.model is not None and (decision.model.uri or "").startswith("hf://") and caps.own_hf_loader
+                 and not fetched)  # fmt: skip
     # A read-only root where the image runs as non-root (our runners, llama-server) and for the fetch step; the
     # engines whose images need root also write their caches under /root (their cards' run_as says so).
     read_only = caps.run_as_user is not None

@@ -63,6 +63,8 @@ def to_openapi(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             node = {**rest, "x-kubernetes-int-or-string": True}
         elif len(branches) == 1:
             node = {**branches[0], **{k: v for k, v in rest.items() if k != "default" or v is not None}}
+            if "anyOf" in node:  # Optional[int | str] (an optional Quantity): the inner union once more
+                return to_openapi(node, defs)
         else:  # pragma: no cover - the models avoid other unions
             raise ValueError(f"cannot express union {node['anyOf']} in a structural schema")
     # pydantic writes the bounds of an Annotated type inside Optional under their Python names (ge, le, ...).

@@ -24,6 +24,7 @@ from inference_backend.api.common import (
     Format,
     Int,
     LabelMap,
+    Quantity,
     Quantization,
     ResourceRequirements,
     Toleration,
@@ -42,6 +43,42 @@ MAX_REASONS = 64
 MAX_REASON = 1024
 """Characters of one reason (the CRD's maxLength; status.py truncates beyond)."""
 _GGUF_LIST = "[" + ", ".join(f"'{q}'" for q in sorted(GGUF_QUANTIZATIONS)) + "]"
+
+
+HOST_PATH_PATTERN = r"^(/([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+))+/?$"
+"""An absolute path below /, without . or .. segments."""
+
+
+class ModelCache(ApiModel):
+    """Where downloaded weights are kept across pod restarts and shared by the replicas (docs/artifacts.md): the
+    first pod's fetch init container downloads into it and marks the copy complete, later pods and restarts find it
+    and download nothing; the engine mounts it read-only. For s3://, gs://, https:// and hf:// weights."""
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {"rule": "has(self.pvc) != has(self.hostPath)", "message": "model.cache: set one of pvc and hostPath"},
+                {"rule": "!has(self.size) || has(self.pvc)", "message": "model.cache.size applies to model.cache.pvc"},
+            ]
+        }
+    }
+    pvc: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
+    """Name of an existing PersistentVolumeClaim in the namespace (ReadWriteMany for replicas on several nodes).
+    The pod gets fsGroup 65532, the fetch step's user, so it can write there."""
+    size: Quantity | None = None
+    """The claim's capacity, when given: the operator refuses a cache smaller than the weights need (it does not
+    create or resize the claim)."""
+    host_path: str | None = Field(default=None, pattern=HOST_PATH_PATTERN, max_length=4096)
+    """A directory on each node (hostPath, created when missing, writable by uid 65532): every node downloads once.
+    Pod Security "restricted" (and "baseline") refuse hostPath volumes: such a namespace rejects the pods."""
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ModelCache:
+        if (self.pvc is None) == (self.host_path is None):
+            raise ValueError("model.cache: set one of pvc and hostPath")
+        if self.size is not None and self.pvc is None:
+            raise ValueError("model.cache.size applies to model.cache.pvc")
+        return self
 
 
 class ModelSource(ApiModel):
@@ -82,6 +119,9 @@ class ModelSource(ApiModel):
     credentials_secret: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """Name of a Secret with the token for the model store (key HF_TOKEN for hf://, AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY for s3://, GOOGLE_APPLICATION_CREDENTIALS_JSON for gs://). Never inline tokens."""
+    cache: ModelCache | None = None
+    """Keep downloaded weights across restarts and share them between replicas: a PVC or a node path (absent: an
+    emptyDir per pod, downloaded at every start)."""
 
     @model_validator(mode="after")
     def _cross_fields(self) -> ModelSource:  # mirrors the CEL rules above, for the offline CLI

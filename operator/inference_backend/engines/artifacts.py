@@ -8,16 +8,25 @@
 - ``s3://``, ``gs://``, ``https://``: an init container running ``inference-backend fetch URI DIR`` (the operator
   image) into an emptyDir shared with the engine, credentials from the Secret.
 - ``oci://image``: an image volume (``volumes[].image``, Kubernetes 1.33+ ImageVolume) mounted read-only.
+
+With ``spec.model.cache`` (a PVC or a node path) the fetch init container downloads into the cache volume instead
+of an emptyDir, under a directory named after the URI (``cache_key``), and the engine mounts that directory
+read-only (``subPath``) where it would have found the emptyDir: a restarted pod or another replica finds the
+completion marker ``fetch`` wrote and downloads nothing. hf:// then goes through the fetch step for every engine
+(also those with their own loader, whose cache is a per-pod emptyDir), and so does an hf:// URI with a revision
+(``hf://org/repo@rev``), which the engines' own loaders are not given.
 """
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from inference_backend import __version__
-from inference_backend.decision import InvalidSpec, ResolvedModel
+from inference_backend.decision import InvalidSpec, ResolvedModel, WeightsCache
 
 Json = dict[str, Any]
 OPERATOR_IMAGE = f"ghcr.io/inference-backend/operator:{__version__}"
@@ -86,23 +95,57 @@ def split_uri(uri: str) -> tuple[str, str]:
     return scheme, rest.strip("/")
 
 
+CACHE_VOLUME, CACHE_MOUNT = "weights-cache", "/weights-cache"
+"""The spec.model.cache volume, and where the fetch init containers mount it (the engine mounts a subPath)."""
+
+
+def cache_key(uri: str) -> str:
+    """The cache directory of ``uri``: readable (scheme and path, lower-case, one dash for any other character) and
+    unique (a hash of the whole URI), at most 100 characters; a valid subPath (relative, no ``..``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", uri.lower()).strip("-")[:80].rstrip("-")
+    return f"{slug}-{hashlib.sha256(uri.encode()).hexdigest()[:16]}"
+
+
+def cache_volume(cache: WeightsCache) -> Json:
+    if cache.claim is not None:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim}}
+    return {"name": CACHE_VOLUME, "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
+
+
 def _fetch(model: ResolvedModel, role: str, uri: str, scheme: str, field: str) -> Artifact:
     mount = MOUNTS[role]
     volume = f"{role}-weights"
     base = posixpath.basename(uri.split("?", 1)[0].rstrip("/"))
     local = f"{mount}/{base}" if base.endswith(_FILE_SUFFIXES) else mount
+    cache = model.cache
+    dest = f"{CACHE_MOUNT}/{cache_key(uri)}" if cache is not None else mount
+    command = ["inference-backend", "fetch", uri, dest]
+    if scheme == "hf" and model.format != "safetensors" and not base.endswith(_FILE_SUFFIXES):
+        command += ["--format", model.format]  # fetch's default for a repository is safetensors (else .bin)
     init: Json = {
         "name": f"fetch-{role}",
         "image": OPERATOR_IMAGE,
         "imagePullPolicy": "IfNotPresent",
-        # `inference-backend fetch` (fetch.py): idempotent copy of a file or a prefix, progress on stdout.
-        "command": ["inference-backend", "fetch", uri, mount],
+        # `inference-backend fetch` (fetch.py): idempotent copy of a file or a prefix, progress on stdout; a
+        # completion marker in the directory makes a later run (a restart, another replica) download nothing.
+        "command": command,
     }
     env = secret_env(model.credentials_secret, scheme)
     if env:
         init["env"] = list(env)
+    resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    if cache is not None:
+        init["volumeMounts"] = [{"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}]
+        init["resources"] = resources
+        return Artifact(
+            scheme=scheme,
+            local_path=local,
+            volumes=(cache_volume(cache),),
+            mounts=({"name": CACHE_VOLUME, "mountPath": mount, "subPath": cache_key(uri), "readOnly": True},),
+            init_containers=(init,),
+        )
     init["volumeMounts"] = [{"name": volume, "mountPath": mount}]
-    init["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    init["resources"] = resources
     return Artifact(
         scheme=scheme,
         local_path=local,
@@ -120,13 +163,20 @@ def resolve(model: ResolvedModel, own_hf_loader: bool, role: str = "model") -> A
         raise InvalidSpec(field, "the model has no uri (set it inline or on its Model)")
     scheme, rest = split_uri(model.uri)
     mount = MOUNTS[role]
+    if model.cache is not None and scheme in ("pvc", "oci"):
+        raise InvalidSpec("spec.model.cache", f"the weights of {scheme}:// are already on a volume: nothing to cache "
+                                              "(remove spec.model.cache)")  # fmt: skip
     if scheme == "hf":
         parts = rest.split("/")
-        if len(parts) < 2:
-            raise InvalidSpec(field, f"{model.uri!r}: expected hf://org/repo[/file]")
+        if len(parts) < 2 or not parts[1].partition("@")[0] or parts[1].endswith("@"):
+            raise InvalidSpec(field, f"{model.uri!r}: expected hf://org/repo[@revision][/file]")
         repo, file = "/".join(parts[:2]), "/".join(parts[2:]) or None
-        if own_hf_loader:
+        if own_hf_loader and model.cache is None and "@" not in repo:
             return Artifact(scheme, hf_repo=repo, hf_file=file, env=secret_env(model.credentials_secret, "hf"))
+        if model.format == "gguf" and file is None:
+            why = "spec.model.cache" if model.cache is not None else field
+            raise InvalidSpec(why, f"{model.uri!r}: name the GGUF file (hf://org/repo[@revision]/FILE.gguf) to fetch "
+                                   "it; a repository holds several quantizations")  # fmt: skip
         return _fetch(model, role, model.uri, scheme, field)
     if scheme == "pvc":
         claim, _, path = rest.partition("/")
@@ -156,5 +206,8 @@ def draft_model(target: ResolvedModel, draft: ResolvedModel) -> ResolvedModel:
     in the same store (same URI scheme) as the target uses the target's Secret."""
     same_store = bool(target.uri and draft.uri and split_uri(target.uri)[0] == split_uri(draft.uri)[0])
     if draft.credentials_secret is None and same_store:
-        return replace(draft, credentials_secret=target.credentials_secret)
+        draft = replace(draft, credentials_secret=target.credentials_secret)
+    fetched = bool(draft.uri and split_uri(draft.uri)[0] in ("hf", "s3", "gs", "https"))
+    if target.cache is not None and draft.cache is None and fetched:
+        draft = replace(draft, cache=target.cache)  # the draft goes into the target's cache, in its own directory
     return draft

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from inference_backend.api.inferencebackend import ModelSource
 from inference_backend.api.model import ModelSpec
 from inference_backend.architectures import find, nearest_shape
-from inference_backend.decision import InvalidSpec, ResolvedModel
+from inference_backend.decision import InvalidSpec, ResolvedModel, WeightsCache
 from inference_backend.quantity import parse_parameters
 
 _SUFFIX_FORMATS = ((".gguf", "gguf"), (".onnx", "onnx"), (".pt", "pytorch"), (".pth", "pytorch"),
@@ -104,6 +104,7 @@ def resolve_model(
         tokenizer=registered.tokenizer if registered else None,
         model_ref=source.model_ref,
         active_parameters=_active_parameters(registered, parameters, field),
+        cache=_cache(source),
     )
     return resolved, reasons
 
@@ -176,3 +177,10 @@ def draft_incompatibility(target: ResolvedModel, draft: ResolvedModel) -> str | 
     if draft.parameters >= target.parameters:
         return "the draft is not smaller than the target, so it cannot speed it up"
     return None
+
+
+def _cache(source: ModelSource) -> WeightsCache | None:
+    cache = source.cache
+    if cache is None:
+        return None
+    return WeightsCache(claim=cache.pvc, host_path=cache.host_path, size=cache.size)
