@@ -11,18 +11,13 @@ from typing import Any
 
 import pytest
 import yaml
+from ib_testkit.factories import node
 from inference_backend.api import InferenceBackend
 from inference_backend.cli import main
 from inference_backend.engines.artifacts import cache_key
 from pydantic import ValidationError
 
-L4_NODE = {
-    "apiVersion": "v1", "kind": "Node",
-    "metadata": {"name": "l4", "labels": {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034",
-                                          "nvidia.com/cuda.compute.major": "8", "nvidia.com/cuda.compute.minor": "9"}},
-    "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
-               "conditions": [{"type": "Ready", "status": "True"}]},
-}  # fmt: skip
+L4_NODE = node("l4", "l4", cpu="8", memory="32Gi")
 MODEL = {"uri": "s3://models/qwen/", "parameters": "494M", "dtype": "bfloat16", "format": "safetensors",
          "contextLength": 4096}  # fmt: skip
 BASE: dict[str, Any] = {
