@@ -349,3 +349,17 @@ def test_rules_and_dashboards_read_each_meaning_under_the_same_engine_names() ->
     rules = (CHART / "templates/monitoring-prometheusrule.yaml").read_text()
     used = re.findall(r'__name__=~"([^"]+)"', rules)
     assert len(used) == 3 and set(used) <= alternations, set(used) - alternations
+
+
+def _operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    (container,) = [
+        c for c in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"] if c["name"] == "operator"
+    ]
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+@needs_helm
+def test_with_the_pod_monitor_the_operator_renders_engine_pods_without_scrape_annotations() -> None:
+    assert _operator_env(render())["IB_ENGINE_SCRAPE_ANNOTATIONS"] == "true"
+    assert _operator_env(render("monitoring.podMonitor.enabled=true"))["IB_ENGINE_SCRAPE_ANNOTATIONS"] == "false"
+    assert _operator_env(render("metrics.enginePodAnnotations=false"))["IB_ENGINE_SCRAPE_ANNOTATIONS"] == "false"

@@ -131,3 +131,16 @@ def test_render_invalid_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "spec.engine.extraArgs: --max-model-len is set by the operator from spec.model.contextLength" in (
         capsys.readouterr().err
     )
+
+
+def test_engine_pods_carry_scrape_annotations_unless_the_operator_is_told_a_pod_monitor_scrapes_them() -> None:
+    from inference_backend import autoscaling
+
+    ib, decision = decide(INPUTS / "vllm-awq-l4.yaml")
+    on = render(ib, decision)
+    off = render(ib, decision, scaling=autoscaling.Settings(scrape_annotations=False))
+    (dep_on,) = [o for o in on if o["kind"] == "Deployment"]
+    (dep_off,) = [o for o in off if o["kind"] == "Deployment"]
+    assert dep_on["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert not any(k.startswith("prometheus.io/") for k in dep_off["spec"]["template"]["metadata"]["annotations"])
+    assert SPEC_HASH_ANNOTATION in dep_off["spec"]["template"]["metadata"]["annotations"]

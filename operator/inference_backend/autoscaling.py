@@ -57,6 +57,9 @@ class Settings:
     app.kubernetes.io/instance label value) are filled in."""
     polling_seconds: int = 15
     """How often KEDA queries (its pollingInterval; KEDA's default is 30)."""
+    scrape_annotations: bool = True
+    """prometheus.io/* annotations on the engine pods, for annotation discovery (the example `kubernetes-pods` job).
+    Off where a PodMonitor scrapes them (the chart's monitoring.podMonitor.enabled), so no pod is scraped twice."""
 
 
 DEFAULT = Settings()

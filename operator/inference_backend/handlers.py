@@ -61,6 +61,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
         scaling=autoscaling.Settings(
             prometheus_address=os.environ.get("IB_PROMETHEUS_ADDRESS") or autoscaling.DEFAULT_PROMETHEUS,
             label_matchers=os.environ.get("IB_AUTOSCALING_LABEL_MATCHERS") or autoscaling.DEFAULT_MATCHERS,
+            scrape_annotations=os.environ.get("IB_ENGINE_SCRAPE_ANNOTATIONS", "true") != "false",
         ),
         image_policy=images.from_env(os.environ),  # validated by run.py before kopf starts
     )

@@ -239,11 +239,15 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     lbl = labels(ib, engine)
     on_gpu = decision.placement.gpu is not None
 
-    pod_annotations = {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(c.metrics_port),
-        "prometheus.io/path": c.metrics_path,
-    }
+    pod_annotations = (
+        {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(c.metrics_port),
+            "prometheus.io/path": c.metrics_path,
+        }
+        if scaling.scrape_annotations
+        else {}
+    )
     pod_spec: Json = {
         # No service-link env vars: a Service named e.g. "vllm" would inject VLLM_PORT=tcp://..., which vLLM
         # reads as its own setting, and TGI reads every flag from env (clap `env`).

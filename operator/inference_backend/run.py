@@ -49,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="PromQL label matchers selecting one backend's engine series, with {namespace}, {name} and {instance} "
         f"filled in (default {DEFAULT_MATCHERS}; env IB_AUTOSCALING_LABEL_MATCHERS)",
     )
+    parser.add_argument(
+        "--engine-scrape-annotations",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("IB_ENGINE_SCRAPE_ANNOTATIONS", "true") != "false",
+        help="prometheus.io/* annotations on the engine pods, for annotation discovery; --no-engine-scrape-annotations "
+        "where a PodMonitor scrapes them, so no pod is scraped twice (default on; env IB_ENGINE_SCRAPE_ANNOTATIONS)",
+    )
     images.add_arguments(parser, os.environ)
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -68,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ["IB_UNSCHEDULABLE_GRACE_SECONDS"] = str(args.unschedulable_grace_seconds)  # read at startup
     os.environ["IB_PROMETHEUS_ADDRESS"] = args.prometheus_address
     os.environ["IB_AUTOSCALING_LABEL_MATCHERS"] = args.autoscaling_label_matchers
+    os.environ["IB_ENGINE_SCRAPE_ANNOTATIONS"] = "true" if args.engine_scrape_annotations else "false"
     os.environ[images.REGISTRY_ENV] = policy.registry or ""
     os.environ[images.OVERRIDES_ENV] = args.image_overrides
     os.environ[images.PULL_SECRETS_ENV] = ",".join(policy.pull_secrets)
