@@ -28,7 +28,18 @@ from typing import Any
 
 import pytest
 import yaml
-from ib_testkit.cluster import SYSTEM_NS, Operator, apply, example, get_json, ib, kubectl, tool, wait_phase
+from ib_testkit.cluster import (
+    SYSTEM_NS,
+    Operator,
+    apply,
+    example,
+    get_json,
+    ib,
+    kubectl,
+    tool,
+    wait_established,
+    wait_phase,
+)
 from ib_testkit.golden import OUTPUTS
 
 KEDA_MODULE = "github.com/kedacore/keda/v2"
@@ -61,7 +72,7 @@ def crd_present() -> bool:
 def install_keda_crd(wait_until: Any) -> None:
     if not crd_present():
         kubectl("apply", "--server-side", "--field-manager=ib-e2e", "-f", str(keda_crd_file()))
-    kubectl("wait", "--for=condition=Established", f"crd/{KEDA_CRD}", "--timeout=60s")
+    wait_established(KEDA_CRD)
 
 
 def managers_of_replicas(obj: dict[str, Any]) -> set[str]:

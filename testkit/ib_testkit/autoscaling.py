@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from ib_testkit import ROOT, free_port
+from ib_testkit.cluster import wait_established
 
 E2E = ROOT / "e2e"
 KEDA_NS = "keda"
@@ -254,7 +255,7 @@ class Keda:
             if f"customresourcedefinition.apiextensions.k8s.io/{name}" not in present:
                 self.installed_crds.append(name)  # removed again by stop(): other modules test a cluster without
             self.kubectl("apply", "--server-side", "--field-manager=ib-e2e", "-f", str(f))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/scaledobjects.keda.sh")
+        wait_established("scaledobjects.keda.sh", kubeconfig=self.kubeconfig)
         if not self.kubectl("get", "namespace", KEDA_NS, "--ignore-not-found", "-o", "name").strip():
             self.kubectl("create", "namespace", KEDA_NS)
             self.created_namespace = True

@@ -51,6 +51,17 @@ def get_json(*args: str) -> Any:
     return json.loads(kubectl("get", *args, "-o", "json"))
 
 
+def wait_established(crd: str, kubeconfig: str | None = None, timeout: float = 60) -> None:
+    """Wait for a CRD's Established condition by polling: `kubectl wait --for=condition=Established` (1.36) fails at
+    once with "accessor error: <nil>" when it reads the CRD before the apiserver has written any condition."""
+    deadline = time.monotonic() + timeout
+    path = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+    while kubectl("get", f"crd/{crd}", "-o", path, check=False, kubeconfig=kubeconfig).strip() != "True":
+        if time.monotonic() > deadline:
+            raise AssertionError(f"CRD {crd} not Established after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 CHART = ROOT / "charts/inference-backend"
 RELEASE = "ib"
 PORT_FLAGS = ("--metrics-port", "--liveness-port")
