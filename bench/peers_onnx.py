@@ -8,10 +8,11 @@ fp32 by genai's model builder): at batch / concurrency 1, 8 and 16, tokens/s of
           generate_next_token until every row has --tokens tokens (min_length keeps eos from ending rows early);
   server  our ONNX server over HTTP, N concurrent non-streaming completions of the same prompts (ignore_eos), in
           each batching mode;
-and the ratio server / loop of the best mode. Same prompts (equal lengths: no padding on either side), same thread
-count (--threads, default: all cores). Each figure is the median of --rounds rounds after one warm-up round.
---profile DIR records the server at concurrency 16 with py-spy (raw folded stacks, DIR/server-c16.txt) and prints
-the top frames. Prints figures; asserts nothing.
+and the ratio server / loop of the best mode. Same prompts (equal lengths: no padding on either side), same
+thread count (--threads, default: all cores). Each figure is the median of --rounds rounds after one warm-up
+round; the rounds of the loop and of the servers alternate, so a shared machine's load falls on all alike.
+--profile DIR records the dynamic server through the concurrency-16 rounds with py-spy (raw folded stacks,
+DIR/server-c16.txt; idle while the others run) and prints the top frames. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -77,9 +78,24 @@ def server_seconds(url: str, batch: list[list[int]], tokens: int) -> float:
         return time.perf_counter() - t0
 
 
-def median_rate(run: Callable[[], float], n: int, tokens: int, rounds: int) -> float:
-    run()  # warm-up
-    return n * tokens / statistics.median(run() for _ in range(rounds))
+def measure(model: Any, servers: dict[str, Server], batch: list[list[int]], a: argparse.Namespace) -> dict[str, float]:
+    """tokens/s of the loop and of each server on `batch`: rounds interleaved (loop, then each mode), so that the
+    load of a shared machine falls on all of them alike; the median round of each after one warm-up round."""
+    runs: dict[str, Callable[[], float]] = {"loop": partial(loop_seconds, model, batch, a.tokens)}
+    runs.update({m: partial(server_seconds, srv.url, batch, a.tokens) for m, srv in servers.items()})
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    spy = None
+    if a.profile is not None and len(batch) == 16:
+        a.profile.mkdir(parents=True, exist_ok=True)
+        spy = profile(servers[MODES[0]].proc.pid, 30, a.profile / "server-c16.txt")
+    for r in range(a.rounds + 1):
+        for k, run in runs.items():
+            seconds = run()
+            if r:
+                times[k].append(seconds)
+    if spy is not None:
+        spy.wait()
+    return {k: len(batch) * a.tokens / statistics.median(v) for k, v in times.items()}
 
 
 def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
@@ -121,38 +137,26 @@ def main() -> None:
     model = og.Model(cfg)
     print(f"model {spec.name} ({genai}), {a.prompt_len}-token prompts, {a.tokens} tokens each, "
           f"{a.threads} threads, median of {a.rounds} rounds, onnxruntime-genai {og.__version__}")  # fmt: skip
-    loop = {}
-    for n in CONCURRENCY:
-        batch = prompts(n, a.prompt_len, spec.vocab)
-        loop[n] = median_rate(partial(loop_seconds, model, batch, a.tokens), n, a.tokens, a.rounds)
-    del model
-    served: dict[str, dict[int, float]] = {}
     logs = a.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    for mode in MODES:
-        flags = ["--model", str(genai), "--served-model-name", "bench", "--host", "127.0.0.1",
-                 "--port", str(free_port()), "--batching", mode, "--max-batch-size", "16", "--max-wait-ms", "20",
-                 "--threads", str(a.threads), "--log-level", "warning"]  # fmt: skip
-        srv = Server("onnx", flags, logs / f"server-{mode}.log")
-        try:
+    servers: dict[str, Server] = {}
+    try:
+        for mode in MODES:
+            flags = ["--model", str(genai), "--served-model-name", "bench", "--host", "127.0.0.1",
+                     "--port", str(free_port()), "--batching", mode, "--max-batch-size", "16", "--max-wait-ms", "20",
+                     "--threads", str(a.threads), "--log-level", "warning"]  # fmt: skip
+            servers[mode] = Server("onnx", flags, logs / f"server-{mode}.log")
+        for srv in servers.values():
             srv.wait_ready()
-            served[mode] = {}
-            for n in CONCURRENCY:
-                batch = prompts(n, a.prompt_len, spec.vocab)
-                spy = None
-                if a.profile is not None and n == 16 and mode == MODES[0]:
-                    a.profile.mkdir(parents=True, exist_ok=True)
-                    spy = profile(srv.proc.pid, 20, a.profile / "server-c16.txt")
-                served[mode][n] = median_rate(partial(server_seconds, srv.url, batch, a.tokens), n, a.tokens, a.rounds)
-                if spy is not None:
-                    spy.wait()
-        finally:
+        rates = {n: measure(model, servers, prompts(n, a.prompt_len, spec.vocab), a) for n in CONCURRENCY}
+    finally:
+        for srv in servers.values():
             srv.stop()
     print(f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES) + "  best/loop")
     for n in CONCURRENCY:
-        best = max(served[m][n] for m in MODES)
-        cols = " ".join(f"{served[m][n]:15.1f}" for m in MODES)
-        print(f"{n:3d} {loop[n]:11.1f} {cols}  {best / loop[n]:.2f}x")
+        best = max(rates[n][m] for m in MODES)
+        cols = " ".join(f"{rates[n][m]:15.1f}" for m in MODES)
+        print(f"{n:3d} {rates[n]['loop']:11.1f} {cols}  {best / rates[n]['loop']:.2f}x")
     if a.profile is not None and (a.profile / "server-c16.txt").exists():
         print(f"py-spy, server at concurrency 16 ({MODES[0]}), self time by innermost frame:")
         for frame, share in top_frames(a.profile / "server-c16.txt"):

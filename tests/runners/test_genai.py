@@ -63,31 +63,37 @@ def test_fp32_greedy_matches_generate(flags: list[str], models: dict[str, Path],
         assert "not available for onnxruntime-genai models" in srv.log.read_text()
 
 
-def test_rows_genai_would_end_continue_exactly(models: dict[str, Path], reference: Any, no_eos: Any,
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy-batch", "with-a-sampled-row"])
+def test_rows_genai_would_end_continue_exactly(sampled: bool, models: dict[str, Path], reference: Any, no_eos: Any,
                                                start_server: Any) -> None:  # fmt: skip
     """ignore_eos rows that produce eos inside a batch, and a short row batched with a long prompt whose padded width
-    plus the short row's max_tokens exceeds the context (512), move to a generator of their own and go on."""
+    plus the short row's max_tokens exceeds the context (512), move to a generator of their own and go on. An
+    all-greedy batch lets genai pick; one sampled row makes the batch go through our sampler and set_logits."""
     srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, "--batching", "static",
-                                "--max-batch-size", "6", "--max-wait-ms", "2000"])  # fmt: skip
+                                "--max-batch-size", "7" if sampled else "6", "--max-wait-ms", "2000"])  # fmt: skip
     eos_prompts = list(itertools.islice((p for p, _ in workload(160, seed=11) if reference(p, 60)[1]), 3))
     assert len(eos_prompts) >= 2, "the workload has prompts whose greedy continuation ends with eos"
     long_prompt = [1] + [4 + i % 300 for i in range(440)]
-    jobs: list[tuple[list[int], int, bool]] = [(p, 60, True) for p in eos_prompts]
-    jobs += [(long_prompt, 8, False), ([1, 5, 9, 33], 150, True)]
+    jobs: list[tuple[list[int], int, dict[str, Any]]] = [(p, 60, {"ignore_eos": True}) for p in eos_prompts]
+    jobs += [(long_prompt, 8, {}), ([1, 5, 9, 33], 150, {"ignore_eos": True})]
+    if sampled:
+        jobs.append(([1, 7, 8], 20, {"temperature": 1.0, "seed": 3, "ignore_eos": True}))
 
-    def send(job: tuple[list[int], int, bool]) -> Any:
+    def send(job: tuple[list[int], int, dict[str, Any]]) -> Any:
         with httpx.Client() as c:
-            return complete(c, srv.url, job[0], job[1], ignore_eos=job[2])
+            return complete(c, srv.url, job[0], job[1], **job[2])
 
-    with ThreadPoolExecutor(len(jobs)) as pool:  # one static batch of 6
+    with ThreadPoolExecutor(len(jobs)) as pool:  # one static batch
         replies = list(pool.map(send, jobs))
-    for (prompt, n, _), reply in zip(jobs, replies, strict=True):
-        assert reply["choices"][0]["token_ids"] == no_eos(prompt, n)[: len(reply["choices"][0]["token_ids"])]
-    for (prompt, n, ignore), reply in zip(jobs, replies, strict=True):
+    for (prompt, n, extra), reply in zip(jobs, replies, strict=True):
         got = reply["choices"][0]["token_ids"]
-        assert len(got) == n if ignore else got == reference(prompt, n)[0]
-        if ignore and prompt in eos_prompts:
-            assert 2 in got  # it produced eos and went on
+        if "temperature" in extra:
+            assert len(got) == n
+        elif extra.get("ignore_eos"):
+            assert got == no_eos(prompt, n)
+            assert prompt not in eos_prompts or 2 in got  # it produced eos and went on
+        else:
+            assert got == reference(prompt, n)[0]
 
 
 def test_fp16_and_int4_load_and_serve(quantized: dict[str, Path], models: dict[str, Path], reference: Any,

@@ -6,7 +6,8 @@ it masks the trailing pads), are prefilled by one append_tokens call. At every s
 read (get_logits), each row's token is chosen by our own sampler through Sequence.pick (per-request temperature,
 top-p and seed; a failure stays with its request), and the choices are fed back by setting the logits to a one-hot
 mask (set_logits) and calling generate_next_token, which appends exactly those tokens; the next get_logits runs
-the forward. A one-row group feeds its token with append_tokens (genai's continuation, batch 1 only).
+the forward. A one-row group feeds its token with append_tokens (genai's continuation, batch 1 only). A group whose
+rows are all greedy skips the logits round trip: genai's own argmax (generate_next_token, get_next_tokens) picks.
 
 genai itself ends a row that appends an end-of-sequence id, and a group at its max_length. A row that must go on
 then (ignore_eos; or a row whose prompt + max_tokens outgrows the padded group) moves to a one-row group of its
@@ -38,8 +39,9 @@ def is_genai_dir(model_dir: Path) -> bool:
 class Group:
     gen: og.Generator
     rows: list[Sequence | None]  # None: the row left (finished, failed, cancelled)
-    length: int  # tokens per row in the generator: padded prompt + fed steps
+    length: int  # tokens per row in the generator: padded prompt + appended tokens
     max_length: int
+    greedy: bool  # genai picks (argmax) instead of our sampler
 
 
 class GenaiBackend:
@@ -56,7 +58,8 @@ class GenaiBackend:
 
     # -- groups -------------------------------------------------------------------------------------
     def _start(self, seqs: list[Sequence]) -> tuple[Group, np.ndarray]:
-        """A generator holding `seqs` (prefilled from all their tokens so far) and its [rows, vocab] logits."""
+        """A generator holding `seqs` (prefilled from all their tokens so far) and its [rows, vocab] logits, or
+        (greedy group) each row's next token."""
         width = max(len(s.tokens) for s in seqs)
         left = max(s.req.params.max_tokens - s.generated for s in seqs)
         max_length = min(self.context, width + max(left, 1))
@@ -67,14 +70,24 @@ class GenaiBackend:
             ids[r, : len(s.tokens)] = s.tokens
         gen = og.Generator(self.model, params)
         gen.append_tokens(ids)
-        logits = gen.get_logits().reshape(len(seqs), -1)
-        return Group(gen, list(seqs), width, max_length), logits
+        group = Group(gen, list(seqs), width, max_length, all(s.req.params.temperature <= 0 for s in seqs))
+        if group.greedy:
+            gen.generate_next_token()
+            group.length += 1
+            return group, gen.get_next_tokens()
+        return group, gen.get_logits().reshape(len(seqs), -1)
 
     def _step(self, group: Group) -> tuple[list[Sequence], np.ndarray]:
-        """Feed each live row's last token; return the rows still in this group and their next logits."""
+        """Feed each live row's last token; return the rows still in this group and their next logits (greedy:
+        tokens)."""
         live = [s for s in group.rows if s is not None]
         if group.length + 1 > group.max_length or group.gen.is_done():
             return [], np.zeros((0, self.vocab), dtype=np.float32)  # every row moves (the caller splits)
+        if group.greedy:  # genai appends the tokens it picked (ours), runs the forward and picks again
+            group.gen.generate_next_token()
+            group.length += 1
+            rows = [r for r, s in enumerate(group.rows) if s is not None and not self._ended(s, group)]
+            return [group.rows[r] for r in rows], group.gen.get_next_tokens()[rows]  # type: ignore[misc]
         if len(group.rows) == 1:
             group.gen.append_tokens(np.array([[live[0].tokens[-1]]], dtype=np.int32))
         else:
@@ -89,29 +102,34 @@ class GenaiBackend:
         return [group.rows[r] for r in rows], logits[rows]  # type: ignore[misc]
 
     def _ended(self, s: Sequence, group: Group) -> bool:
-        """genai ended this row (an end-of-sequence id appended in a batch): it must continue elsewhere."""
-        return len(group.rows) > 1 and s.tokens[-1] in self.genai_eos
+        """genai ended this row (it appended an end-of-sequence id: in a batch, or as its own pick): it must continue
+        elsewhere."""
+        return (len(group.rows) > 1 or group.greedy) and s.tokens[-1] in self.genai_eos
 
     # -- Backend protocol ---------------------------------------------------------------------------
     def prefill(self, seqs: list[Sequence]) -> list[list[int]]:
-        group, logits = self._start(seqs)  # raises before any state changes (isolation retries one by one)
+        group, first = self._start(seqs)  # raises before any state changes (isolation retries one by one)
         self.groups.append(group)
         for s in seqs:
             s.slot = NumpySampler(s.req.params)
-        return [s.pick(s.slot, logits[r]) for r, s in enumerate(seqs)]
+        return [self._pick(s, group, first[r]) for r, s in enumerate(seqs)]
+
+    @staticmethod
+    def _pick(s: Sequence, group: Group, value: Any) -> list[int]:
+        return s.pick(int, value) if group.greedy else s.pick(s.slot, value)
 
     def decode(self, seqs: list[Sequence]) -> list[list[int]]:
         out: dict[int, list[int]] = {}
         for group in list(self.groups):
-            kept, logits = self._step(group)
-            for s, row in zip(kept, logits, strict=True):
-                out[id(s)] = s.pick(s.slot, row)
+            kept, values = self._step(group)
+            for s, value in zip(kept, values, strict=True):
+                out[id(s)] = self._pick(s, group, value)
             moved = [s for s in group.rows if s is not None and id(s) not in out]
             for s in moved:
                 group.rows[group.rows.index(s)] = None
                 alone, first = self._start([s])
                 self.groups.append(alone)
-                out[id(s)] = s.pick(s.slot, first[0])
+                out[id(s)] = self._pick(s, alone, first[0])
             self._drop_empty()
         return [out[id(s)] for s in seqs]
 
