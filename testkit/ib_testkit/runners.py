@@ -23,9 +23,12 @@ import httpx
 
 from ib_testkit import ROOT, free_port
 
-__all__ = ["SHARED_PREFIX_LEN", "Server", "complete", "concurrent", "free_port", "metric", "workload"]
+__all__ = ["SERVERS", "SHARED_PREFIX_LEN", "Server", "complete", "concurrent", "free_port", "metric", "workload"]
 
 SHARED_PREFIX_LEN = 40
+# A test's server parameter -> (runner module, key of tests/runners' `models` fixture): the ONNX server serves our
+# exporter's format ("onnx") and onnxruntime-genai's ("genai", built by genai's model builder).
+SERVERS = {"pytorch": ("pytorch", "tiny"), "onnx": ("onnx", "onnx"), "onnx-genai": ("onnx", "genai")}
 
 
 class Server:

@@ -46,7 +46,9 @@ def chat_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """tiny (2 layers), draft (1 layer, same tokenizer), badvocab (other tokenizer), onnx (tiny exported)."""
+    """tiny (2 layers), draft (1 layer, same tokenizer), badvocab (other tokenizer), onnx (tiny exported by our
+    exporter), genai (tiny built by onnxruntime-genai's model builder, fp32: lossless)."""
+    from ib_testkit.genai_models import build_genai
     from inference_backend.runners.onnx.export import export
     from inference_backend.runners.tiny import make_model
 
@@ -57,6 +59,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "badvocab": make_model(root / "badvocab", layers=1, seed=2, vocab_size=300),
     }
     out["onnx"] = export(str(out["tiny"]), str(root / "tiny-onnx"))
+    out["genai"] = build_genai(out["tiny"], root / "tiny-genai", "fp32")
     return out
 
 

@@ -2,9 +2,9 @@
 
 The args come from engines.pytorch.container / engines.onnxruntime.container for the "serve-" specs of
 ib_testkit/runner_cases.py. Substituted, by runner_cases.localize only: the values of --model/--draft-model
-(in-pod directories -> the tiny models made here), --host (-> 127.0.0.1) and --port (-> a free port); the
-rendered command (ib-pytorch-runner / ib-onnxruntime-server, console scripts of those modules) runs as
-`python -m inference_backend.runners.<pytorch|onnx>`.
+(in-pod directories -> the tiny models made here; the ONNX cases run with both formats the server reads),
+--host (-> 127.0.0.1) and --port (-> a free port); the rendered command (ib-pytorch-runner /
+ib-onnxruntime-server, console scripts of those modules) runs as `python -m inference_backend.runners.<pytorch|onnx>`.
 """
 
 from __future__ import annotations
@@ -19,16 +19,18 @@ from inference_backend.runners.onnx.args import build_parser as onnx_parser
 from inference_backend.runners.pytorch.args import build_parser as pytorch_parser
 
 SERVE = [name for name in CASES if name.startswith("serve-")]
+# the ONNX server's cases start with both formats it serves: our exporter's and onnxruntime-genai's
+RUNS = [(name, key) for name in SERVE for key in (("tiny",) if CASES[name][0] == "pytorch" else ("onnx", "genai"))]
 MODULES = {"pytorch": "pytorch", "onnxruntime": "onnx"}
 COMMANDS = {"pytorch": ("ib-pytorch-runner",), "onnxruntime": ("ib-onnxruntime-server",)}
 
 
-@pytest.mark.parametrize("name", SERVE)
-def test_rendered_args_start_the_server(name: str, models: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "model"), RUNS)
+def test_rendered_args_start_the_server(name: str, model: str, models: dict[str, Path], tmp_path: Path) -> None:
     engine = CASES[name][0]
     r = render_runner_case(name)
     assert r.container.command == COMMANDS[engine]
-    dirs = {"--model": str(models["tiny" if engine == "pytorch" else "onnx"]), "--draft-model": str(models["draft"])}
+    dirs = {"--model": str(models[model]), "--draft-model": str(models["draft"])}
     port = free_port()
     args = localize(r.args, dirs, port=port)
     parser = pytorch_parser() if engine == "pytorch" else onnx_parser()

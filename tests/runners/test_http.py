@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from ib_testkit.chat import CHAT_TEMPLATE
-from ib_testkit.runners import complete
+from ib_testkit.runners import SERVERS, complete
 
 VLLM_SUFFIXES = (
     "time_to_first_token_seconds_bucket",
@@ -29,11 +29,11 @@ VLLM_SUFFIXES = (
 )
 
 
-@pytest.fixture(scope="module", params=["pytorch", "onnx"])
+@pytest.fixture(scope="module", params=list(SERVERS))
 def server(request: Any, models: dict[str, Path], start_server: Any, chat_template: Path) -> Any:
-    model = models["tiny" if request.param == "pytorch" else "onnx"]
-    args = ["--model", str(model), "--served-model-name", "tiny", "--chat-template", str(chat_template)]
-    return start_server(request.param, args)
+    kind, key = SERVERS[request.param]
+    args = ["--model", str(models[key]), "--served-model-name", "tiny", "--chat-template", str(chat_template)]
+    return start_server(kind, args)
 
 
 def _error(r: httpx.Response, status: int, code: str | None) -> dict[str, Any]:

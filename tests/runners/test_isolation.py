@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ib_testkit.runners import complete, metric, workload
+from ib_testkit.runners import SERVERS, complete, metric, workload
 from inference_backend.runners.common.engine import GenRequest, SamplingParams, TokenEvent
 
 OVERFLOW = 5e-324  # logits / temperature overflow to inf: softmax gives NaN, the sampler raises
@@ -27,6 +27,7 @@ ENGINES = [
     pytest.param("pytorch", ["--batching", "dynamic", "--max-wait-ms", "300"], id="pytorch-dynamic"),
     pytest.param("onnx", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-dynamic-batched-prefill"),
     pytest.param("onnx", ["--batching", "static", "--enable-prefix-caching"], id="onnx-static-prefix"),
+    pytest.param("onnx-genai", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-genai-dynamic"),
 ]
 
 
@@ -53,6 +54,7 @@ class Collector:
 def _load(kind: str, flags: list[str], model: Path) -> Any:
     from inference_backend.runners.common.metrics import Metrics
 
+    kind = SERVERS[kind][0]
     if kind == "pytorch":
         from inference_backend.runners.pytorch import runner
         from inference_backend.runners.pytorch.args import build_parser
@@ -65,7 +67,7 @@ def _load(kind: str, flags: list[str], model: Path) -> Any:
 
 @pytest.mark.parametrize(("kind", "flags"), ENGINES)
 def test_bad_requests_fail_alone(kind: str, flags: list[str], models: dict[str, Path], reference: Any) -> None:
-    loaded = _load(kind, flags, models["tiny" if kind == "pytorch" else "onnx"])
+    loaded = _load(kind, flags, models[SERVERS[kind][1]])
     engine = loaded.engine
     try:
         jobs = workload(12, seed=3)
@@ -102,12 +104,12 @@ def test_bad_requests_fail_alone(kind: str, flags: list[str], models: dict[str, 
         engine.shutdown()
 
 
-@pytest.mark.parametrize("kind", ["pytorch", "onnx"])
+@pytest.mark.parametrize("server", list(SERVERS))
 def test_out_of_vocabulary_ids_get_400_among_good_requests(
-    kind: str, models: dict[str, Path], reference: Any, start_server: Any
+    server: str, models: dict[str, Path], reference: Any, start_server: Any
 ) -> None:
-    model = models["tiny" if kind == "pytorch" else "onnx"]
-    srv = start_server(kind, ["--model", str(model), "--served-model-name", "tiny", "--max-batch-size", "8"])
+    kind, key = SERVERS[server]
+    srv = start_server(kind, ["--model", str(models[key]), "--served-model-name", "tiny", "--max-batch-size", "8"])
     jobs: list[tuple[Any, int]] = list(workload(12, seed=5))
     bad = {3: [1, 5, 10**6, 9], 7: [1, -4, 9], 10: [1, 2**70]}
     for i, ids in bad.items():

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from ib_testkit.runners import complete, metric
+from ib_testkit.runners import SERVERS, complete, metric
 
 # Static batching that waits for 16 requests for ten minutes: a lone request stays queued (deterministically).
 PARKED = ["--batching", "static", "--max-batch-size", "16", "--max-wait-ms", "600000"]
@@ -39,12 +39,13 @@ def _flags(model: Path, *extra: str) -> list[str]:
     return ["--model", str(model), "--served-model-name", "tiny", *extra]
 
 
-@pytest.fixture(scope="module", params=["pytorch", "onnx"])
+@pytest.fixture(scope="module", params=list(SERVERS))
 def limited(request: Any, models: dict[str, Path], start_server: Any, chat_template: Path) -> Any:
-    model = models["tiny" if request.param == "pytorch" else "onnx"]
+    kind, key = SERVERS[request.param]
+    model = models[key]
     extra = ["--max-body-bytes", "20000", "--max-stop-sequences", "3", "--max-stop-chars", "10"]
     extra += ["--chat-template", str(chat_template)]
-    return start_server(request.param, _flags(model, *extra, "--max-messages", "3", "--max-model-len", "64"))
+    return start_server(kind, _flags(model, *extra, "--max-messages", "3", "--max-model-len", "64"))
 
 
 def test_body_size_limit(limited: Any) -> None:

@@ -16,6 +16,7 @@ CATALOG: dict[str, str] = {
     "llamacppRocm": llamacpp.IMAGE_ROCM,
     "pytorch": pytorch.IMAGE,
     "onnxruntime": onnxruntime.IMAGE,
+    "onnxruntimeCuda": onnxruntime.IMAGE_CUDA,
     "fetch": artifacts.OPERATOR_IMAGE,
 }
 """Every image the operator renders on its own, by the key of its override (Helm ``engineImages.<key>``)."""
@@ -28,6 +29,7 @@ DESCRIPTIONS: dict[str, str] = {
     "llamacppCuda": "llama.cpp server on NVIDIA GPUs",
     "llamacppRocm": "llama.cpp server on AMD GPUs",
     "pytorch": "our PyTorch runner (CPU and NVIDIA GPUs)",
-    "onnxruntime": "our ONNX Runtime server (CPU and NVIDIA GPUs)",
+    "onnxruntime": "our ONNX Runtime server on CPU",
+    "onnxruntimeCuda": "our ONNX Runtime server on NVIDIA GPUs (onnxruntime-gpu, onnxruntime-genai-cuda)",
     "fetch": "the init container downloading s3://, gs://, hf:// and http(s):// weights",
 }

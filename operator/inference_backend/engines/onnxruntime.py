@@ -1,4 +1,6 @@
-"""Our ONNX Runtime server (`ib-onnxruntime-server`, ghcr.io/inference-backend/onnxruntime-server:<package version>).
+"""Our ONNX Runtime server (`ib-onnxruntime-server`, ghcr.io/inference-backend/onnxruntime-server:<package version>;
+on NVIDIA GPUs its CUDA build, tag <package version>-cuda: images/onnxruntime-server/Dockerfile --build-arg
+DEVICE=cuda, onnxruntime-gpu + onnxruntime-genai-cuda).
 
 Flags: runners/common/args.py (shared) and runners/onnx/args.py (--providers) of this repository. No speculative
 decoding (the selection already reports it off).
@@ -9,13 +11,14 @@ from __future__ import annotations
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
-from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
+from inference_backend.engines.base import ArgBuilder, EngineContainer, device_image, placement
 from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "onnxruntime"
 VERSION = runners.VERSION
 IMAGE = f"ghcr.io/inference-backend/onnxruntime-server:{VERSION}"
+IMAGE_CUDA = f"{IMAGE}-cuda"
 COMMAND = ("ib-onnxruntime-server",)
 STRATEGIES = ("static", "dynamic")  # onnx/args.py add_common_flags(batching modes)
 
@@ -29,11 +32,13 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
 
 
 def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
-    return runners.container(decision, spec, name, engine=ENGINE, image=IMAGE, command=COMMAND,
+    image = device_image(decision, {"nvidia": IMAGE_CUDA}, IMAGE)
+    return runners.container(decision, spec, name, engine=ENGINE, image=image, command=COMMAND,
                              strategies=STRATEGIES, extra=_extra)  # fmt: skip
 
 
-# Our ONNX Runtime server: dynamic and static batching, prefix cache, one device per replica.
+# Our ONNX Runtime server: dynamic and static batching, prefix cache (our exporter's format; onnxruntime-genai
+# format models are served without it), one device per replica.
 CARD = EngineCard(
     name=ENGINE, title="ONNX Runtime", version=VERSION,
     formats=frozenset({"onnx"}), accelerators=frozenset({"gpu", "cpu"}),
@@ -41,12 +46,13 @@ CARD = EngineCard(
     quantizations=frozenset({"none", "int8", "int4"}), kv_dtypes=frozenset(),
     multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
     own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE, "cpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=runners.ENDPOINTS,
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE}, devices={"nvidia": IMAGE_CUDA}, endpoints=runners.ENDPOINTS,
     profiles={
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
         "cpu": Profile(**MEASURED_CPU[ENGINE]),
     },
-    summary="ONNX models on CPU or one GPU: dynamic and static batching, prefix cache",
+    summary="ONNX models (onnxruntime-genai format, or our exporter's) on CPU or one GPU: dynamic and static "
+    "batching, prefix cache",
     render=container, layer_split=False, slots=False,
     run_as_user=10001, run_as="images/onnxruntime-server/Dockerfile: USER 10001",
     autoscaling=runners.autoscaling(

@@ -12,8 +12,9 @@ DEFAULT_PROVIDERS = "CUDAExecutionProvider,CPUExecutionProvider"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ib-onnxruntime-server",
-        description="OpenAI-compatible server running a causal LM exported to ONNX (with KV inputs/outputs) "
-        "on ONNX Runtime. Export with: python -m inference_backend.runners.onnx.export",
+        description="OpenAI-compatible server running an ONNX causal LM: an onnxruntime-genai model "
+        "(genai_config.json; build one with python -m onnxruntime_genai.models.builder) through onnxruntime-genai, "
+        "or our own export (python -m inference_backend.runners.onnx.export) on ONNX Runtime.",
     )
     add_common_flags(parser, ("static", "dynamic"))
     parser.add_argument(

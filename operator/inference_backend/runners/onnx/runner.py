@@ -37,7 +37,18 @@ def pick_providers(requested: str) -> list[str]:
     return chosen
 
 
-def _device_memory(provider: str) -> int:
+def eos_token_ids(model_dir: Path, tokenizer: Any, extra: list[int] | int | None = None) -> set[int]:
+    """The ids that end a generation: generation_config.json's, the tokenizer's, and `extra` (genai_config's)."""
+    ids: set[int] = set()
+    for eos in (GenerationConfig.from_pretrained(model_dir).eos_token_id
+                if (model_dir / "generation_config.json").exists() else None, extra):  # fmt: skip
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def device_memory(provider: str) -> int:
     if provider == "CUDAExecutionProvider":
         try:
             import pynvml
@@ -51,6 +62,12 @@ def _device_memory(provider: str) -> int:
 
 def load(args: Any, metrics: Metrics) -> Loaded:
     model_dir = Path(args.model)
+    from inference_backend.runners.onnx.genai import is_genai_dir
+
+    if is_genai_dir(model_dir):
+        from inference_backend.runners.onnx.genai_load import load_genai
+
+        return load_genai(args, metrics)
     meta = json.loads((model_dir / "ib_onnx.json").read_text())
     providers = pick_providers(args.providers)
     opts = ort.SessionOptions()
@@ -66,7 +83,7 @@ def load(args: Any, metrics: Metrics) -> Loaded:
 
     weights = sum(f.stat().st_size for f in model_dir.iterdir() if f.suffix in (".onnx", ".data", ".bin"))
     per_token = kv_bytes_per_token(meta["num_layers"], meta["kv_heads"], meta["head_dim"], np.dtype(kv_dtype).itemsize)
-    total = _device_memory(session.get_providers()[0])
+    total = device_memory(session.get_providers()[0])
     budget = kv_budget_tokens(total, args.kv_cache_memory_fraction, weights, per_token)
     prefix = None
     if args.enable_prefix_caching:
@@ -76,12 +93,7 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     max_len = min(max_len, budget)
     log.info("KV budget: %d tokens (%d bytes/token); max model len %d", budget, per_token, max_len)
 
-    eos_ids: set[int] = set()
-    if (model_dir / "generation_config.json").exists():
-        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
-        eos_ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        eos_ids.add(tokenizer.eos_token_id)
+    eos_ids = eos_token_ids(model_dir, tokenizer)
     backend = OnnxBackend(session, meta["num_layers"], meta["kv_heads"], meta["head_dim"], kv_dtype, prefix)
     vocab = int(config.get_text_config().vocab_size)
     return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos_ids,

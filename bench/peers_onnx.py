@@ -1,0 +1,167 @@
+"""Our ONNX server (HTTP, onnxruntime-genai format) against onnxruntime-genai's own generation loop, side by side.
+
+    flock /tmp/ib-heavy.lock nice -n 10 $V/bin/python -m bench.peers_onnx [--tokens 64] [--rounds 3] [--profile DIR]
+
+One run on the 30M bench model (bench/bench_model.py PRESETS["cpu"], a LlamaForCausalLM, built into genai format
+fp32 by genai's model builder): at batch / concurrency 1, 8 and 16, tokens/s of
+  loop    the plain onnxruntime-genai loop: one og.Generator holding the N prompts (no HTTP, no scheduler),
+          generate_next_token until every row has --tokens tokens (min_length keeps eos from ending rows early);
+  server  our ONNX server over HTTP, N concurrent non-streaming completions of the same prompts (ignore_eos), in
+          each batching mode;
+and the ratio server / loop of the best mode. Same prompts (equal lengths: no padding on either side), same
+thread count (--threads, default: all cores). Each figure is the median of --rounds rounds after one warm-up
+round; the rounds of the loop and of the servers alternate, so a shared machine's load falls on all alike.
+--profile DIR records the dynamic server through the concurrency-16 rounds with py-spy (raw folded stacks,
+DIR/server-c16.txt; idle while the others run) and prints the top frames. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+from ib_testkit.genai_models import build_genai
+from ib_testkit.runners import Server, free_port
+
+from bench.bench_model import PRESETS, make_safetensors
+
+CONCURRENCY = (1, 8, 16)
+MODES = ("dynamic", "static")
+
+
+def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rnd = random.Random(seed)
+    return [[1] + [rnd.randrange(4, vocab) for _ in range(length - 1)] for _ in range(n)]
+
+
+def loop_seconds(model: Any, batch: list[list[int]], tokens: int) -> float:
+    import numpy as np
+    import onnxruntime_genai as og
+
+    t0 = time.perf_counter()
+    params = og.GeneratorParams(model)
+    total = len(batch[0]) + tokens
+    params.set_search_options(max_length=total, min_length=total, batch_size=len(batch), do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(np.array(batch, dtype=np.int32))
+    for _ in range(tokens):
+        gen.generate_next_token()
+        gen.get_next_tokens()
+    return time.perf_counter() - t0
+
+
+def server_seconds(url: str, batch: list[list[int]], tokens: int) -> float:
+    body = {"model": "bench", "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+    with httpx.Client(limits=httpx.Limits(max_connections=len(batch))) as c:
+
+        def one(prompt: list[int]) -> None:
+            r = c.post(url + "/v1/completions", json={**body, "prompt": prompt}, timeout=600).json()
+            assert r["usage"]["completion_tokens"] == tokens, r
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(len(batch)) as pool:
+            list(pool.map(one, batch))
+        return time.perf_counter() - t0
+
+
+def measure(model: Any, servers: dict[str, Server], batch: list[list[int]], a: argparse.Namespace) -> dict[str, float]:
+    """tokens/s of the loop and of each server on `batch`: rounds interleaved (loop, then each mode), so that the
+    load of a shared machine falls on all of them alike; the median round of each after one warm-up round."""
+    runs: dict[str, Callable[[], float]] = {"loop": partial(loop_seconds, model, batch, a.tokens)}
+    runs.update({m: partial(server_seconds, srv.url, batch, a.tokens) for m, srv in servers.items()})
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    spy = None
+    if a.profile is not None and len(batch) == 16:
+        a.profile.mkdir(parents=True, exist_ok=True)
+        spy = profile(servers[MODES[0]].proc.pid, 30, a.profile / "server-c16.txt")
+    for r in range(a.rounds + 1):
+        for k, run in runs.items():
+            seconds = run()
+            if r:
+                times[k].append(seconds)
+    if spy is not None:
+        spy.wait()
+    return {k: len(batch) * a.tokens / statistics.median(v) for k, v in times.items()}
+
+
+def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    spy = Path(sys.executable).parent / "py-spy"
+    exe = str(spy) if spy.exists() else "py-spy"
+    cmd = [exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--format", "raw", "--threads",
+           "--rate", "200", "--nonblocking", "--output", str(out)]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def top_frames(folded: Path, n: int = 12) -> list[tuple[str, float]]:
+    """Share of samples whose innermost frame is each function (self time), from py-spy's raw folded stacks."""
+    own: Counter[str] = Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        own[stack.split(";")[-1]] += int(count)
+    return [(frame, c / total) for frame, c in own.most_common(n)] if total else []
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ib-peers-onnx")
+    p.add_argument("--profile", type=Path, default=None, help="py-spy the server at concurrency 16 into this dir")
+    a = p.parse_args()
+    import onnxruntime_genai as og
+
+    spec = PRESETS["cpu"]
+    hf = make_safetensors(spec, a.workdir / "hf")
+    genai = build_genai(hf, a.workdir / "genai-fp32", "fp32")
+    cfg = og.Config(str(genai))
+    cfg.clear_providers()
+    cfg.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": a.threads}}}}))
+    model = og.Model(cfg)
+    print(f"model {spec.name} ({genai}), {a.prompt_len}-token prompts, {a.tokens} tokens each, "
+          f"{a.threads} threads, median of {a.rounds} rounds, onnxruntime-genai {og.__version__}")  # fmt: skip
+    logs = a.workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    servers: dict[str, Server] = {}
+    try:
+        for mode in MODES:
+            flags = ["--model", str(genai), "--served-model-name", "bench", "--host", "127.0.0.1",
+                     "--port", str(free_port()), "--batching", mode, "--max-batch-size", "16", "--max-wait-ms", "20",
+                     "--threads", str(a.threads), "--log-level", "warning"]  # fmt: skip
+            servers[mode] = Server("onnx", flags, logs / f"server-{mode}.log")
+        for srv in servers.values():
+            srv.wait_ready()
+        rates = {n: measure(model, servers, prompts(n, a.prompt_len, spec.vocab), a) for n in CONCURRENCY}
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    print(f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES) + "  best/loop")
+    for n in CONCURRENCY:
+        best = max(rates[n][m] for m in MODES)
+        cols = " ".join(f"{rates[n][m]:15.1f}" for m in MODES)
+        print(f"{n:3d} {rates[n]['loop']:11.1f} {cols}  {best / rates[n]['loop']:.2f}x")
+    if a.profile is not None and (a.profile / "server-c16.txt").exists():
+        print(f"py-spy, server at concurrency 16 ({MODES[0]}), self time by innermost frame:")
+        for frame, share in top_frames(a.profile / "server-c16.txt"):
+            print(f"  {share:6.1%}  {frame}")
+
+
+if __name__ == "__main__":
+    main()

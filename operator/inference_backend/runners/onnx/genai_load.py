@@ -1,0 +1,70 @@
+"""Loading an onnxruntime-genai format model: providers, threads, dtype check, KV budget, scheduler."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import onnxruntime_genai as og
+from transformers import AutoTokenizer
+
+from inference_backend.runners.common.memory import kv_budget_tokens, kv_bytes_per_token
+from inference_backend.runners.common.metrics import Metrics
+from inference_backend.runners.common.server import Loaded, start_scheduler
+from inference_backend.runners.onnx.genai import GenaiBackend, read_config
+from inference_backend.runners.onnx.runner import device_memory, eos_token_ids, pick_providers
+
+log = logging.getLogger(__name__)
+# ONNX element types of the KV inputs (onnx.TensorProto): what the model computes in
+_ELEM_TYPES = {1: "float32", 10: "float16", 16: "bfloat16"}
+_ELEM_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def io_dtype(model_file: Path, past_key: str) -> str:
+    """The element type of the first past-key input (the graph only; external weights are not read)."""
+    import onnx
+
+    graph = onnx.load(str(model_file), load_external_data=False).graph
+    for i in graph.input:
+        if i.name == past_key:
+            return _ELEM_TYPES.get(i.type.tensor_type.elem_type, "float32")
+    raise ValueError(f"{model_file}: no input {past_key}; not a decoder with a KV cache")
+
+
+def load_genai(args: Any, metrics: Metrics) -> Loaded:
+    model_dir = Path(args.model)
+    config = read_config(model_dir)
+    decoder = config["model"]["decoder"]
+    dtype = io_dtype(model_dir / decoder["filename"], decoder["inputs"]["past_key_names"] % 0)
+    if args.dtype not in ("auto", dtype):
+        raise ValueError(f"--dtype {args.dtype}: this onnxruntime-genai model computes in {dtype} (as it ships)")
+    if args.enable_prefix_caching:
+        log.warning("--enable-prefix-caching: not available for onnxruntime-genai models (a Generator cannot "
+                    "share KV across requests); serving without it")  # fmt: skip
+    providers = pick_providers(args.providers)
+    device = "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"
+    cfg = og.Config(str(model_dir))
+    cfg.clear_providers()  # genai's CPU is "no provider"; the model's own list may name CUDA
+    if device == "cuda":
+        cfg.append_provider("cuda")
+    if args.threads:
+        cfg.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": args.threads}}}}))
+    model = og.Model(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    context = int(config["model"].get("context_length") or config["search"].get("max_length") or 2048)
+    heads = int(decoder.get("num_key_value_heads") or decoder["num_attention_heads"])
+    per_token = kv_bytes_per_token(int(decoder["num_hidden_layers"]), heads, int(decoder["head_size"]),
+                                   _ELEM_SIZES[dtype])  # fmt: skip
+    weights = sum(f.stat().st_size for f in model_dir.iterdir() if f.suffix in (".onnx", ".data"))
+    budget = kv_budget_tokens(device_memory(providers[0]), args.kv_cache_memory_fraction, weights, per_token)
+    max_len = min(args.max_model_len or context, context, budget)
+    log.info("onnxruntime-genai model (%s, %s): KV budget %d tokens (%d bytes/token); max model len %d",
+             dtype, device, budget, per_token, max_len)  # fmt: skip
+    backend = GenaiBackend(model, config, context, device)
+    eos = eos_token_ids(model_dir, tokenizer, config["model"].get("eos_token_id"))
+    vocab = int(config["model"]["vocab_size"])
+    return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos,
+                           metrics=metrics, vocab_size=vocab)  # fmt: skip
