@@ -11,6 +11,7 @@ from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
 from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "onnxruntime"
@@ -44,7 +45,7 @@ CARD = EngineCard(
     images={"gpu": IMAGE, "cpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=runners.ENDPOINTS,
     profiles={
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
-        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+        "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
     summary="ONNX models on CPU or one GPU: dynamic and static batching, prefix cache",
     render=container, layer_split=False, slots=False,
