@@ -273,7 +273,9 @@ def derive(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             "peak_rss_gib": round(r["peakRssBytes"] / 2**30, 2),
             "provenance": (f"measured: {machine['cpu']}, {r['threads']} threads; random Llama-2-7B shape "
                            f"({r['parameters'] / 1e9:.2f}B, {r['weights']}); {r['version']}; {r['date'][:10]}; "
-                           f"`python -m bench.profiles_7b measure` ({name}: {' '.join(r['argv'][1:])})"),
+                           f"`python -m bench.profiles_7b measure` ({name}: {' '.join(r['argv'][1:])}); other work "
+                           f"on the machine: 1-minute load average {r['loadAverage'][0]:g} before, "
+                           f"{r['loadAverage'][1]:g} after"),
         })  # fmt: skip
     return out
 

@@ -67,12 +67,20 @@ def test_without_a_row_in_its_family_the_reference_profile_is_scaled() -> None:
 
 
 def test_the_decision_says_where_its_estimate_comes_from() -> None:
-    d = select(spec(model={"uri": "hf://x/y/model.Q8_0.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
-               cluster(node("cpu", cpu="16", memory="64Gi")), {})  # fmt: skip
+    cpu = cluster(node("cpu", cpu="16", memory="64Gi"))
+    d = select(spec(backend="pytorch", model={"uri": "hf://x/y", "parameters": "7B", "dtype": "bfloat16"},
+                    hardware={"accelerator": "cpu"}), cpu, {})  # fmt: skip
     line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
-    rows = card("llamacpp").profiles["cpu"].measured
-    if any(r.weights == "q8_0" for r in rows):
+    row = next(r for r in card("pytorch").profiles["cpu"].measured if r.weights == "bfloat16")
+    assert "measured row (6.7B bfloat16, 2 cores" in line and row.provenance in line
+    assert d.estimate["ttftMillis"] == pytest.approx(row.ttft_ms * 7e9 / row.parameters * 2 / 16, rel=1e-3)
+    d = select(spec(backend="pytorch", model={"uri": "hf://x/y", "parameters": "7B", "dtype": "float32"},
+                    hardware={"accelerator": "cpu"}), cpu, {})  # fmt: skip
+    assert "scaled from the cpu reference profile" in next(r for r in d.reasons if r.startswith("estimated TTFT"))
+    d = select(spec(model={"uri": "hf://x/y/model.Q8_0.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
+               cpu, {})  # fmt: skip
+    line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
+    if any(r.weights == "q8_0" for r in card("llamacpp").profiles["cpu"].measured):
         assert "measured row (6.7B q8_0" in line
     else:
         assert "scaled from the cpu reference profile" in line
-    assert line.startswith(f"estimated TTFT {d.estimate['ttftMillis']:.0f} ms")
