@@ -6,7 +6,7 @@
 Configurations (one at a time; each model is written, served, measured and deleted before the next):
 
 - llamacpp-q8_0, llamacpp-q4_k_m: llama-server (hack/build-llama-server) on a random GGUF written with the gguf
-  package (bench/gguf_random.py), `-t THREADS -np 8 -c 8192` (8 slots of 1024 tokens);
+  package (bench/gguf_random.py), `-t THREADS -np 8 -c 5120` (8 slots of 640 tokens: 2.5 GiB of f16 KV);
 - pytorch-bf16: our PyTorch runner, `--dtype bfloat16 --threads THREADS`, on bench_model's `llama2-7b` preset
   (random weights made directly in bfloat16 and written shard by shard: about 13.5 GB on disk, one shard in memory;
   the server then holds the 13.5 GB).
@@ -156,7 +156,8 @@ def bf16_checkpoint(m: BenchModel, out: Path, layers_per_shard: int = 4) -> None
     LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
                 num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
                 max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                tie_word_embeddings=False, dtype="bfloat16").save_pretrained(out)  # fmt: skip
+                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
+                ).save_pretrained(out)  # fmt: skip
     gen = torch.Generator().manual_seed(m.seed)
     kv = m.kv_heads * m.head_dim
 
@@ -209,7 +210,7 @@ def _argv(engine: str, model: Path, threads: int) -> tuple[list[str], str]:
         res = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
         version = (res.stdout + res.stderr).strip()
         argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", port, "-t", str(threads),
-                "-np", "8", "-c", "8192", "--alias", "m"]  # fmt: skip
+                "-np", "8", "-c", "5120", "--alias", "m"]  # fmt: skip
         return argv, "llama-server " + version.splitlines()[0].removeprefix("version: ")
     import torch
 
