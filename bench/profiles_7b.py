@@ -219,6 +219,18 @@ def _argv(engine: str, model: Path, threads: int) -> tuple[list[str], str]:
     return argv, f"inference-backend pytorch runner, torch {torch.__version__}"
 
 
+def _llama_bench(model: Path, threads: int) -> Any:
+    """llama-bench's pp512 and tg16 on the same GGUF and threads (one repetition): the engine without HTTP."""
+    argv = [str(llama_server_bin().with_name("llama-bench")), "-m", str(model), "-t", str(threads), "-p",
+            str(PROMPT), "-n", "16", "-r", "1", "-o", "json"]  # fmt: skip
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=True)
+        return {"argv": [model.name if a == str(model) else a for a in argv[1:]],
+                "results": procstats.parse_llama_bench(res.stdout)}  # fmt: skip
+    except (subprocess.SubprocessError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[-500:]}"}
+
+
 def _machine() -> dict[str, Any]:
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())  # fmt: skip
@@ -250,6 +262,8 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
                 "threads": threads, "version": version, "modelSeconds": round(made, 1),
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "argv": [a if a != str(model) else model.name for a in argv]}  # fmt: skip
+        if engine == "llamacpp" and "error" not in row:
+            row["llamaBench"] = _llama_bench(model, threads)
         print(json.dumps(row), flush=True)
         result["rows"][name] = row
         result["command"] = "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])
