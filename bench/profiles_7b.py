@@ -265,8 +265,8 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
         if engine == "llamacpp" and "error" not in row:
             row["llamaBench"] = _llama_bench(model, threads)
         print(json.dumps(row), flush=True)
+        row["command"] = "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])
         result["rows"][name] = row
-        result["command"] = "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         if not keep:
@@ -288,7 +288,7 @@ def derive(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             "peak_rss_gib": round(r["peakRssBytes"] / 2**30, 2),
             "provenance": (f"measured: {machine['cpu']}, {r['threads']} threads; random Llama-2-7B shape "
                            f"({r['parameters'] / 1e9:.2f}B, {r['weights']}); {r['version']}; {r['date'][:10]}; "
-                           f"`python -m bench.profiles_7b measure` ({name}: {' '.join(r['argv'][1:])}); other work "
+                           f"`{r['command']}` ({name}: {' '.join(r['argv'][1:])}); other work "
                            f"on the machine: 1-minute load average {r['loadAverage'][0]:g} before, "
                            f"{r['loadAverage'][1]:g} after"),
         })  # fmt: skip

@@ -20,7 +20,7 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "parameters": 6738415616,
             "peak_rss_gib": 14.03,
             "prompt_tokens": 512,
-            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, bfloat16); inference-backend pytorch runner, torch 2.15.0+cu132; 2026-12-05; `python -m bench.profiles_7b measure` (pytorch-bf16: -m inference_backend.runners.pytorch --model ib-bench-llama2-7b-bfloat16 --served-model-name m --host 127.0.0.1 --port 36977 --dtype bfloat16 --threads 2); other work on the machine: 1-minute load average 8.25 before, 7.88 after",
+            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, bfloat16); inference-backend pytorch runner, torch 2.15.0+cu132; 2026-12-05; `python -m bench.profiles_7b measure --configs pytorch-bf16 --gen 8` (pytorch-bf16: -m inference_backend.runners.pytorch --model ib-bench-llama2-7b-bfloat16 --served-model-name m --host 127.0.0.1 --port 36977 --dtype bfloat16 --threads 2); other work on the machine: 1-minute load average 8.25 before, 7.88 after",
             "tokens_per_second_1": 0.376,
             "tokens_per_second_8": 1.07,
             "ttft_ms": 31679.2,
