@@ -79,8 +79,10 @@ def test_the_decision_says_where_its_estimate_comes_from() -> None:
     assert "scaled from the cpu reference profile" in next(r for r in d.reasons if r.startswith("estimated TTFT"))
     d = select(spec(model={"uri": "hf://x/y/model.Q8_0.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
                cpu, {})  # fmt: skip
+    assert "measured row (6.7B q8_0, 2 cores" in next(r for r in d.reasons if r.startswith("estimated TTFT"))
+    d = select(spec(model={"uri": "hf://x/y/model.Q6_K.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
+               cpu, {})  # fmt: skip
     line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
-    if any(r.weights == "q8_0" for r in card("llamacpp").profiles["cpu"].measured):
-        assert "measured row (6.7B q8_0" in line
-    else:
-        assert "scaled from the cpu reference profile" in line
+    assert (
+        "nearest measured quantization: the 6.7B q8_0, 2 cores row (no q6_k row)" in line
+    )  # 0.82 B/param: nearer q8_0

@@ -13,6 +13,32 @@ from inference_backend.engines.card import MeasuredRow
 
 # fmt: off
 MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
+    "llamacpp": [
+        {
+            "bytes_per_param": 0.6055,
+            "cores": 2,
+            "parameters": 6738415616,
+            "peak_rss_gib": 10.07,
+            "prompt_tokens": 512,
+            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, q4_k_m); llama-server 0.5.0-dev (build 11312, commit 0c1e57098); 2026-12-05; `python -m bench.profiles_7b measure --configs llamacpp-q8_0,llamacpp-q4_k_m --gen 16` (llamacpp-q4_k_m: -m llama2-7b-q4_k_m.gguf --host 127.0.0.1 --port 56865 -t 2 -np 8 -c 5120 --alias m); other work on the machine: 1-minute load average 2.24 before, 3.02 after",
+            "tokens_per_second_1": 1.259,
+            "tokens_per_second_8": 4.898,
+            "ttft_ms": 48602.5,
+            "weights": "q4_k_m"
+        },
+        {
+            "bytes_per_param": 1.0626,
+            "cores": 2,
+            "parameters": 6738415616,
+            "peak_rss_gib": 10.05,
+            "prompt_tokens": 512,
+            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, q8_0); llama-server 0.5.0-dev (build 11312, commit 0c1e57098); 2026-12-05; `python -m bench.profiles_7b measure --configs llamacpp-q8_0,llamacpp-q4_k_m --gen 16` (llamacpp-q8_0: -m llama2-7b-q8_0.gguf --host 127.0.0.1 --port 53659 -t 2 -np 8 -c 5120 --alias m); other work on the machine: 1-minute load average 3.74 before, 2.66 after",
+            "tokens_per_second_1": 6.39,
+            "tokens_per_second_8": 9.537,
+            "ttft_ms": 26891.8,
+            "weights": "q8_0"
+        }
+    ],
     "pytorch": [
         {
             "bytes_per_param": 2.0,
