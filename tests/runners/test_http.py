@@ -197,8 +197,13 @@ def test_openapi_document_describes_the_bodies_and_errors(server: Any) -> None:
     for path, field in (("/v1/completions", "prompt"), ("/v1/chat/completions", "messages")):
         op = doc["paths"][path]["post"]
         ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-        assert field in schemas[ref.rsplit("/", 1)[1]]["properties"], path
+        body = schemas[ref.rsplit("/", 1)[1]]
+        assert field in body["properties"], path
+        # what the server accepts: its fields and the ignored OpenAI ones, nothing else (the rest is a 400)
+        assert body["additionalProperties"] is False and "user" in body["properties"], path
         for code in ("400", "404", "413", "429", "500", "503", "504"):
             assert op["responses"][code]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
     assert set(schemas["Error"]["properties"]["error"]["required"]) == {"message", "type", "param", "code"}
     assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    prompt = schemas["CompletionRequest"]["properties"]["prompt"]["anyOf"]
+    assert [b.get("maxItems") for b in prompt] == [None, None, 1, 1]  # one prompt per request

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.engines import llamacpp, onnxruntime, pytorch, rules, sglang, tgi, vllm
 from inference_backend.engines.base import EngineContainer, Renderer
-from inference_backend.engines.card import EngineCard, Profile
+from inference_backend.engines.card import EngineCard, MeasuredRow, Profile
 
 REGISTRY: tuple[EngineCard, ...] = (vllm.CARD, tgi.CARD, sglang.CARD, llamacpp.CARD, onnxruntime.CARD, pytorch.CARD)
 
@@ -39,5 +39,5 @@ def check_spec(spec: InferenceBackendSpec) -> None:
     rules.check(spec, REGISTRY)
 
 
-__all__ = ["CARDS", "ENGINES", "NAMES", "REGISTRY", "VERSIONS", "EngineCard", "EngineContainer", "Profile",
-           "Renderer", "card", "check_spec"]  # fmt: skip
+__all__ = ["CARDS", "ENGINES", "NAMES", "REGISTRY", "VERSIONS", "EngineCard", "EngineContainer", "MeasuredRow",
+           "Profile", "Renderer", "card", "check_spec"]  # fmt: skip

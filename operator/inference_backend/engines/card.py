@@ -19,6 +19,30 @@ Float32OnGpu = Literal["float32", "float16"]
 
 
 @dataclass(frozen=True)
+class MeasuredRow:
+    """One engine measured at a real model shape and weight format on a reference machine (bench/profiles_7b.py).
+
+    The selection prefers such a row to the scaled profile wherever the model's weight format matches."""
+
+    weights: str
+    """Weight format as the selection names it: a quantization (``q8_0``, ``q4_k_m``, ``int4``) or a dtype."""
+    parameters: int
+    bytes_per_param: float
+    """Weight bytes of the served file(s) per parameter."""
+    cores: int
+    prompt_tokens: int
+    ttft_ms: float
+    """Time to first token of one ``prompt_tokens`` prompt at concurrency 1."""
+    tokens_per_second_1: float
+    """Output tokens/s of one stream."""
+    tokens_per_second_8: float
+    """Aggregate output tokens/s at concurrency 8."""
+    peak_rss_gib: float
+    provenance: str
+    """"measured: <hardware, model shape, engine version, date, command>"."""
+
+
+@dataclass(frozen=True)
 class Profile:
     """Performance of one engine on a reference machine, for a 7B model; scaled by the selection."""
 
@@ -35,6 +59,8 @@ class Profile:
     or "estimate: <reasoning>"."""
     reference_cores: int = 16
     """CPU rows: the cores the reference measurement used (the selection scales by a node's cores over these)."""
+    measured: tuple[MeasuredRow, ...] = ()
+    """Rows measured at a real shape (7B) per weight format; preferred to the scaled figures above where they match."""
 
 
 Signal = Literal["queueDepth", "runningRequests", "kvCacheUsage", "ttft"]

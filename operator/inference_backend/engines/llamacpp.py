@@ -38,6 +38,7 @@ from inference_backend.engines.card import (
     Profile,
     ScalingSignal,
 )
+from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "llamacpp"
@@ -233,7 +234,7 @@ CARD = EngineCard(
     images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, devices=DEVICES, endpoints=ENDPOINTS,
     profiles={
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
-        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+        "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
     layer_split=True, slots=True,
     run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING,

@@ -13,6 +13,7 @@ from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, device_image, placement
 from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "onnxruntime"
@@ -49,7 +50,7 @@ CARD = EngineCard(
     images={"gpu": IMAGE_CUDA, "cpu": IMAGE}, devices={"nvidia": IMAGE_CUDA}, endpoints=runners.ENDPOINTS,
     profiles={
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
-        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+        "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
     summary="ONNX models (onnxruntime-genai format, or our exporter's) on CPU or one GPU: dynamic and static "
     "batching, prefix cache",

@@ -11,6 +11,7 @@ from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
 from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "pytorch"
@@ -52,7 +53,7 @@ CARD = EngineCard(
     images={"gpu": IMAGE, "cpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=runners.ENDPOINTS,
     profiles={
         "gpu": Profile(80, 110, 15.0, 2, NOT_MEASURED_ON_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
-        "cpu": Profile(**MEASURED_CPU[ENGINE]),
+        "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
     summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
     render=container, layer_split=False, slots=False,

@@ -11,6 +11,7 @@ from functools import partial
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Host, Placement, Plan, ResolvedModel
 from inference_backend.engines import card
+from inference_backend.engines.card import Accelerator
 from inference_backend.facts import VENDOR_TITLES, GPUFacts, HardwareClass, Pool, pool_of, product_matches
 from inference_backend.memory import (
     DTYPE_BYTES,
@@ -24,11 +25,11 @@ from inference_backend.memory import (
     tensor_parallel_options,
 )
 from inference_backend.quantity import gib
+from inference_backend.selection.estimate import estimate
 from inference_backend.selection.hardware import UsableClass
 from inference_backend.selection.planning import cpu_host, gpu_host, replicas_needed, tokens_per_sequence
 
 MIB = 2**20
-_TP_EFFICIENCY = 0.9  # per doubling of tensor parallelism (all-reduce cost)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Option:
     """The arithmetic of each load objective that needs more replicas than spec.replicas."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """Planning notes for the reasons (replicas needed, host request scaled down, slots reduced)."""
+    estimate_how: str = field(default="", compare=False)
+    """Where the TTFT and tokens/s estimates come from (selection/estimate.py)."""
 
     @property
     def total_gpus(self) -> int:
@@ -100,21 +103,6 @@ def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str, 
     return kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
 
 
-def _estimate(engine: str, placement: Placement, model: ResolvedModel, weights: float) -> tuple[float, float]:
-    """Estimated TTFT (ms) and aggregate tokens/s, scaled from the engine's 7B reference profile."""
-    profile = card(engine).profiles["gpu" if placement.gpu is not None else "cpu"]
-    # compute and weight bytes read per token follow the rated (MoE: active) parameters; memory holds all weights
-    rated = model.rated_parameters
-    size = rated / 7e9
-    bytes_ratio = (7e9 * profile.bytes_per_param) / max(weights * rated / model.parameters, 1.0)
-    if placement.gpu is not None:
-        tp = placement.gpus_per_replica
-        speed = placement.gpu.speed * tp * _TP_EFFICIENCY ** math.log2(tp)
-    else:
-        speed = max(placement.hardware.cpu_millis / 1000, 1) / profile.reference_cores
-    return profile.ttft_ms * size / speed, profile.tokens_per_second * speed * bytes_ratio
-
-
 @dataclass(frozen=True)
 class _Sizing:
     """What one engine's placement needs, shared by the fit and the plan."""
@@ -129,7 +117,9 @@ class _Sizing:
 
 def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, placement: Placement, fit: Fit,
             sz: _Sizing, speculate: bool, host: Host, notes: list[str]) -> Option:  # fmt: skip
-    ttft, tps = _estimate(engine, placement, model, fit.weights)
+    accelerator: Accelerator = "gpu" if placement.gpu is not None else "cpu"
+    est = estimate(card(engine).profiles[accelerator], accelerator, placement, model, fit.weights, sz.dtype)
+    ttft, tps = est.ttft_ms, est.tokens_per_second
     full = int(fit.kv_cache // max(sz.kv_token * model.context_length, 1.0))
     # slot engines: every slot holds a full context, and requests beyond the slots queue
     sequences = sz.slots or int(fit.kv_cache // max(sz.kv_token * sz.tokens, 1.0))
@@ -145,7 +135,7 @@ def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, place
                          "more replicas rather than wider ones; spec.replicas is "
                          f"{spec.replicas}, set it to {replicas} to meet them")  # fmt: skip
     return Option(engine, placement, fit, sz.kv_token, sz.dtype, speculate, ttft, tps, full, plan, host,
-                  tuple(misses), tuple(why), tuple(out_notes))  # fmt: skip
+                  tuple(misses), tuple(why), tuple(out_notes), est.how)  # fmt: skip
 
 
 def _first_fit(fit: Callable[[float], Fit], weights: float, draft: float | None) -> tuple[bool | None, Fit]:

@@ -396,7 +396,7 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     reasons.extend(choice.notes)
     reasons.append(
         f"estimated TTFT {choice.ttft_ms:.0f} ms, {choice.tokens_per_second:.0f} tokens/s per replica "
-        f"(profile {engine}/{p.accelerator}, an estimate until benchmarked)"
+        f"(profile {engine}/{p.accelerator}, an estimate until benchmarked: {choice.estimate_how})"
     )
     reasons.extend(f"objective not met: {m}" for m in choice.misses)
     strategy = spec.batching.strategy

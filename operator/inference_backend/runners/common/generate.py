@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from inference_backend.runners.common import errors
 from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, SamplingParams, TokenEvent
-from inference_backend.runners.common.limits import GREEDY_BELOW
+from inference_backend.runners.common.limits import GREEDY_BELOW, TOP_P_GREEDY_BELOW
 from inference_backend.runners.common.prepare import Prepared
 from inference_backend.runners.common.state import State
 from inference_backend.runners.common.textstream import TextStream
@@ -80,7 +80,8 @@ async def _watch_disconnect(request: Request, sub: Submitted) -> None:
 
 async def generate(state: State, prep: Prepared, request: Request, started: float) -> Response:
     body = prep.body
-    temp = body.temperature if body.temperature >= GREEDY_BELOW else 0.0
+    greedy = body.temperature < GREEDY_BELOW or body.top_p < TOP_P_GREEDY_BELOW
+    temp = 0.0 if greedy else body.temperature
     params = SamplingParams(prep.max_tokens, temp, body.top_p, body.seed, body.ignore_eos)
     timeout = state.limits.request_timeout_s
     sub = Submitted(prep, params, started + timeout if timeout > 0 else None, timeout)

@@ -18,6 +18,9 @@ SHUTDOWN_TIMEOUT_S = 20.0
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 # Temperatures below this are greedy, as in vLLM (dividing logits by ~0 overflows to inf, then NaN).
 GREEDY_BELOW = 1e-5
+# top_p below this keeps only the most probable token (its probability is at least 1 / vocab > 1e-6): greedy. The
+# samplers compare in float32, where a top_p such as 5e-324 is 0 and keeps no token at all (found by schemathesis).
+TOP_P_GREEDY_BELOW = 1e-6
 
 
 @dataclass(frozen=True)

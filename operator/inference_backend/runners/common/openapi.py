@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from inference_backend.runners.common.openai_fields import IGNORED
 from inference_backend.runners.common.protocol import ChatCompletionRequest, CompletionRequest
 
 REF = "#/components/schemas/{model}"
@@ -40,6 +41,17 @@ def _error_response(what: str) -> dict[str, Any]:
     return {"description": what, "content": {"application/json": {"schema": {"$ref": REF.format(model="Error")}}}}
 
 
+def _one_prompt(prompt: dict[str, Any]) -> None:
+    """Token ids are >= 0; a batch of prompts (list of strings or of id lists) may hold one (prepare.py)."""
+    for branch in prompt["anyOf"]:
+        items = branch.get("items", {})
+        if items.get("type") == "integer":
+            items["minimum"] = 0
+        elif items.get("type") in ("string", "array"):
+            branch["maxItems"] = 1
+            items.get("items", {}).update({"minimum": 0} if items.get("type") == "array" else {})
+
+
 def install(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         cached: dict[str, Any] | None = app.openapi_schema
@@ -51,6 +63,11 @@ def install(app: FastAPI) -> None:
         for path, model in (("/v1/completions", CompletionRequest), ("/v1/chat/completions", ChatCompletionRequest)):
             schema = model.model_json_schema(ref_template=REF)
             schemas.update(schema.pop("$defs", {}))
+            # the models allow extra fields only for openai_fields.check to refuse them (400), except these
+            schema["additionalProperties"] = False
+            schema["properties"].update({name: {"description": "accepted and ignored"} for name in sorted(IGNORED)})
+            if model is CompletionRequest:
+                _one_prompt(schema["properties"]["prompt"])
             schemas[model.__name__] = schema
             op = doc["paths"][path]["post"]
             ref = {"$ref": REF.format(model=model.__name__)}

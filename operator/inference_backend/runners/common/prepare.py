@@ -103,7 +103,7 @@ def _completion_ids(body: CompletionRequest, loaded: Loaded) -> list[int]:
     if isinstance(prompt, str):
         return _encode(loaded, prompt, True, "prompt")
     if not all(isinstance(t, int) for t in prompt):
-        raise errors.bad_request("Only one prompt per request is supported.", "prompt")
+        raise errors.bad_request("Only one prompt per request is supported.", "prompt", "invalid_value")
     ids = [t for t in prompt if isinstance(t, int)]
     vocab = loaded.vocab_size
     for pos, tok in enumerate(ids):
@@ -167,7 +167,7 @@ def _encode(loaded: Loaded, text: str, add_special_tokens: bool, param: str) -> 
 def _check_length(n_prompt: int, max_tokens: int | None, limit: int, param: str) -> int:
     """The max_tokens to run with: the request's, or what the context leaves. 400 when the prompt does not fit."""
     if n_prompt == 0:
-        raise errors.bad_request("The prompt is empty.", param)
+        raise errors.bad_request("The prompt is empty.", param, "invalid_value")
     if max_tokens is None:
         if n_prompt >= limit:
             raise errors.context_exceeded(

@@ -1,0 +1,337 @@
+"""Measure the engines at the real Llama-2-7B shape on this CPU, and write the rows the selection reads.
+
+    flock /tmp/ib-heavy.lock nice -n 10 python -m bench.profiles_7b measure [--configs llamacpp-q8_0,...]
+    python -m bench.profiles_7b write [--check]      (operator/inference_backend/engines/profiles_7b.py)
+
+Configurations (one at a time; each model is written, served, measured and deleted before the next):
+
+- llamacpp-q8_0, llamacpp-q4_k_m: llama-server (hack/build-llama-server) on a random GGUF written with the gguf
+  package (bench/gguf_random.py), `-t THREADS -np 8 -c 5120` (8 slots of 640 tokens: 2.5 GiB of f16 KV);
+- pytorch-bf16: our PyTorch runner, `--dtype bfloat16 --threads THREADS`, on bench_model's `llama2-7b` preset
+  (random weights made directly in bfloat16 and written shard by shard: about 13.5 GB on disk, one shard in memory;
+  the server then holds the 13.5 GB).
+
+Each is measured over HTTP (/v1/completions with token-id prompts, `ignore_eos`), after one warm-up request:
+TTFT = the time of one request with a 512-token prompt and max_tokens 1; single-stream tokens/s = (GEN - 1) / (time
+of an 8-token prompt with max_tokens GEN - the same with max_tokens 1); tokens/s at concurrency 8 = 8 x GEN / the
+wall time of 8 such requests sent at once; peak RSS = VmHWM of the server process. Results merge into
+bench/results/cpu-7b.json (so a partial run keeps what it measured), with the machine, versions, date and argv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ib_testkit import free_port
+from ib_testkit.llama_server import llama_cpp_source, llama_server_bin
+
+from bench import procstats
+from bench.bench_model import BenchModel
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "cpu-7b.json"
+MODULE = ROOT / "operator" / "inference_backend" / "engines" / "profiles_7b.py"
+CONFIGS = {"llamacpp-q8_0": ("llamacpp", "q8_0"), "llamacpp-q4_k_m": ("llamacpp", "q4_k_m"),
+           "pytorch-bf16": ("pytorch", "bfloat16")}  # fmt: skip
+PROMPT = 512
+VOCAB = 32000
+
+
+def _ids(n: int, seed: int, vocab: int = VOCAB) -> list[int]:
+    rnd = random.Random(seed)
+    return [1] + [rnd.randrange(min(300, vocab // 2), vocab) for _ in range(n - 1)]
+
+
+def _post(url: str, prompt: list[int], max_tokens: int, timeout: float = 3600) -> tuple[float, int]:
+    import httpx
+
+    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    t = time.monotonic()
+    r = httpx.post(url + "/v1/completions", json=body, timeout=timeout)
+    r.raise_for_status()
+    return time.monotonic() - t, int(r.json()["usage"]["completion_tokens"])
+
+
+def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int = PROMPT) -> dict[str, Any]:
+    _post(url, _ids(8, 0, vocab), 2)  # warm-up: pages the weights in
+    ttft, _ = _post(url, _ids(prompt, 1, vocab), 1)
+    one, _ = _post(url, _ids(8, 2, vocab), 1)
+    full, n = _post(url, _ids(8, 3, vocab), gen)
+    jobs = [_ids(8, 10 + i, vocab) for i in range(8)]
+    t = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        done = list(pool.map(lambda p: _post(url, p, gen), jobs))
+    wall8 = time.monotonic() - t
+    return {
+        "ttftMs": round(ttft * 1000, 1), "promptTokens": prompt,
+        "tokensPerSecond1": round((n - 1) / max(full - one, 1e-9), 3), "generated": gen,
+        "tokensPerSecond8": round(sum(k for _, k in done) / wall8, 3),
+        "peakRssBytes": procstats.tree_memory(pid)["vmHwmBytes"],
+        "seconds": {"ttft": round(ttft, 2), "one": round(one, 2), "full": round(full, 2), "wall8": round(wall8, 2)},
+    }  # fmt: skip
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 1800) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(log.read_text(errors="replace")[-3000:])
+
+
+def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: bool) -> dict[str, Any]:
+    port = int(argv[argv.index("--port") + 1])
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    try:
+        t = time.monotonic()
+        _wait(url, proc, log)
+        loaded = time.monotonic() - t
+        small_pytorch = small and "inference_backend.runners.pytorch" in argv
+        out = measure_server(url, proc.pid, gen, *((320, 128) if small_pytorch else (VOCAB, PROMPT)))
+        out["loadSeconds"] = round(loaded, 1)
+        return out
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _model(engine: str, weights: str, work: Path, small: bool) -> tuple[Path, int, float]:
+    """The model path, its parameters and weight bytes per parameter (``small``: a tiny shape, for a smoke test)."""
+    from bench.bench_model import PRESETS
+    from bench.gguf_random import LLAMA2_7B, SMALL, tensor_types
+
+    if engine == "llamacpp":
+        shape = SMALL if small else LLAMA2_7B
+        out = work / f"llama2-7b-{weights}.gguf"
+        src = llama_cpp_source()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src / "gguf-py"), str(ROOT)])}
+        if not out.exists():
+            cmd = [sys.executable, "-m", "bench.gguf_random", str(out), "--type", weights, *(["--small"] * small)]
+            subprocess.run(cmd, check=True, cwd=ROOT, env=env)
+        params = shape.parameters()
+        return out, params, _gguf_weight_bytes(tensor_types(shape, weights)) / params
+    preset = PRESETS["tiny" if small else "llama2-7b"]
+    out = work / f"{preset.name}-{weights}"
+    if not (out / "model.safetensors.index.json").exists():
+        bf16_checkpoint(preset, out)
+    return out, preset.parameters(), 2.0
+
+
+def bf16_checkpoint(m: BenchModel, out: Path, layers_per_shard: int = 4) -> None:
+    """A random LlamaForCausalLM checkpoint in bfloat16 written shard by shard (memory: one shard, not the model),
+    with bench_model's tokenizer and config."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig
+
+    from bench.bench_model import make_tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    make_tokenizer(out, m.vocab)
+    LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
+                num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
+                max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
+                ).save_pretrained(out)  # fmt: skip
+    gen = torch.Generator().manual_seed(m.seed)
+    kv = m.kv_heads * m.head_dim
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.empty(shape, dtype=torch.bfloat16).normal_(0.0, m.init_range, generator=gen)
+
+    groups: list[dict[str, torch.Tensor] | None] = [None] * (1 + -(-m.layers // layers_per_shard))
+    weight_map: dict[str, str] = {}
+    for g in range(len(groups)):
+        if g == 0:
+            t = {"model.embed_tokens.weight": rand(m.vocab, m.hidden), "lm_head.weight": rand(m.vocab, m.hidden),
+                 "model.norm.weight": torch.ones(m.hidden, dtype=torch.bfloat16)}  # fmt: skip
+        else:
+            t = {}
+            for i in range((g - 1) * layers_per_shard, min(g * layers_per_shard, m.layers)):
+                p = f"model.layers.{i}."
+                t |= {p + "self_attn.q_proj.weight": rand(m.hidden, m.hidden), p + "self_attn.k_proj.weight":
+                      rand(kv, m.hidden), p + "self_attn.v_proj.weight": rand(kv, m.hidden),
+                      p + "self_attn.o_proj.weight": rand(m.hidden, m.hidden),
+                      p + "mlp.gate_proj.weight": rand(m.intermediate, m.hidden),
+                      p + "mlp.up_proj.weight": rand(m.intermediate, m.hidden),
+                      p + "mlp.down_proj.weight": rand(m.hidden, m.intermediate),
+                      p + "input_layernorm.weight": torch.ones(m.hidden, dtype=torch.bfloat16),
+                      p + "post_attention_layernorm.weight": torch.ones(m.hidden, dtype=torch.bfloat16)}  # fmt: skip
+        name = f"model-{g + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file(t, str(out / name), metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(t, name)
+        del t
+    index = {"metadata": {"total_size": 2 * m.parameters()}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+def _gguf_weight_bytes(layout: list[tuple[str, Any, str]]) -> int:
+    from bench.gguf_random import BLOCKS
+
+    total = 0
+    for _name, dims, qtype in layout:
+        if qtype == "F32":
+            total += 4 * dims[0]
+        else:
+            elements, size, _ = BLOCKS[qtype]
+            total += dims[0] * dims[1] // elements * size
+    return total
+
+
+def _argv(engine: str, model: Path, threads: int) -> tuple[list[str], str]:
+    port = str(free_port())
+    if engine == "llamacpp":
+        binary = llama_server_bin()
+        res = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+        version = (res.stdout + res.stderr).strip()
+        argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", port, "-t", str(threads),
+                "-np", "8", "-c", "5120", "--alias", "m"]  # fmt: skip
+        return argv, "llama-server " + version.splitlines()[0].removeprefix("version: ")
+    import torch
+
+    argv = [sys.executable, "-m", "inference_backend.runners.pytorch", "--model", str(model), "--served-model-name",
+            "m", "--host", "127.0.0.1", "--port", port, "--dtype", "bfloat16", "--threads", str(threads)]  # fmt: skip
+    return argv, f"inference-backend pytorch runner, torch {torch.__version__}"
+
+
+def _llama_bench(model: Path, threads: int) -> Any:
+    """llama-bench's pp512 and tg16 on the same GGUF and threads (one repetition): the engine without HTTP."""
+    argv = [str(llama_server_bin().with_name("llama-bench")), "-m", str(model), "-t", str(threads), "-p",
+            str(PROMPT), "-n", "16", "-r", "1", "-o", "json"]  # fmt: skip
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=True)
+        return {"argv": [model.name if a == str(model) else a for a in argv[1:]],
+                "results": procstats.parse_llama_bench(res.stdout)}  # fmt: skip
+    except (subprocess.SubprocessError, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc)[-500:]}"}
+
+
+def _machine() -> dict[str, Any]:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())  # fmt: skip
+    mem = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
+    return {"cpu": cpu, "cores": os.cpu_count(), "memTotalGiB": round(mem / 2**20, 1)}
+
+
+def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, out: Path, small: bool
+            ) -> dict[str, Any]:  # fmt: skip
+    result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"rows": {}}
+    result["machine"] = _machine()
+    work.mkdir(parents=True, exist_ok=True)
+    for name in configs:
+        engine, weights = CONFIGS[name]
+        t = time.monotonic()
+        model, params, bpp = _model(engine, weights, work, small)
+        made = time.monotonic() - t
+        argv, version = _argv(engine, model, threads)
+        env = {"PYTHONPATH": str(ROOT / "operator")} if engine == "pytorch" else {}
+        print(f">> {name}: {' '.join(argv)}", flush=True)
+        load = Path("/proc/loadavg").read_text().split()[0]
+        try:
+            row = _serve(argv, work / f"{name}.log", env, gen, small)
+        except Exception as exc:  # keep the other configurations' rows; say what failed
+            row = {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
+        # other work on the machine slows the run: the 1-minute load average before and after it
+        row["loadAverage"] = [float(load), float(Path("/proc/loadavg").read_text().split()[0])]
+        row |= {"engine": engine, "weights": weights, "parameters": params, "bytesPerParam": round(bpp, 4),
+                "threads": threads, "version": version, "modelSeconds": round(made, 1),
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "argv": [a if a != str(model) else model.name for a in argv]}  # fmt: skip
+        if engine == "llamacpp" and "error" not in row:
+            row["llamaBench"] = _llama_bench(model, threads)
+        print(json.dumps(row), flush=True)
+        row["command"] = "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])
+        result["rows"][name] = row
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        if not keep:
+            subprocess.run(["rm", "-rf", str(model)], check=True)
+    return result
+
+
+def derive(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """engine -> the MeasuredRow fields of each measured configuration (rows with an error are left out)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    machine = result["machine"]
+    for name, r in sorted(result["rows"].items()):
+        if "error" in r:
+            continue
+        out.setdefault(r["engine"], []).append({
+            "weights": r["weights"], "parameters": r["parameters"], "bytes_per_param": r["bytesPerParam"],
+            "cores": r["threads"], "prompt_tokens": r["promptTokens"], "ttft_ms": r["ttftMs"],
+            "tokens_per_second_1": r["tokensPerSecond1"], "tokens_per_second_8": r["tokensPerSecond8"],
+            "peak_rss_gib": round(r["peakRssBytes"] / 2**30, 2),
+            "provenance": (f"measured: {machine['cpu']}, {r['threads']} threads; random Llama-2-7B shape "
+                           f"({r['parameters'] / 1e9:.2f}B, {r['weights']}); {r['version']}; {r['date'][:10]}; "
+                           f"`{r['command']}` ({name}: {' '.join(r['argv'][1:])}); other work "
+                           f"on the machine: 1-minute load average {r['loadAverage'][0]:g} before, "
+                           f"{r['loadAverage'][1]:g} after"),
+        })  # fmt: skip
+    return out
+
+
+def render_module(rows: dict[str, list[dict[str, Any]]]) -> str:
+    text = MODULE.read_text()
+    head, _, rest = text.partition("# fmt: off\n")
+    _, _, tail = rest.partition("# fmt: on\n")
+    body = "MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = " + (json.dumps(rows, indent=4, sort_keys=True) if
+                                                                     rows else "{}")  # fmt: skip
+    head = head.removeprefix("# ruff: noqa: E501\n")
+    long = any(len(line) > 120 for line in body.splitlines())
+    return ("# ruff: noqa: E501\n" if long else "") + head + "# fmt: off\n" + body + "\n# fmt: on\n" + tail
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--configs", default=",".join(CONFIGS))
+    m.add_argument("--work", type=Path, default=Path("/tmp/ib-profiles-7b"))
+    m.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    m.add_argument("--gen", type=int, default=16, help="output tokens per request in the tokens/s steps")
+    m.add_argument("--keep", action="store_true", help="keep the models (else each is deleted after its run)")
+    m.add_argument("--out", type=Path, default=RESULTS)
+    m.add_argument("--small", action="store_true", help="tiny shapes instead of 7B: a smoke test of this script")
+    w = sub.add_parser("write")
+    w.add_argument("--check", action="store_true")
+    a = p.parse_args()
+    if a.cmd == "measure":
+        measure(a.configs.split(","), a.work, a.threads, a.gen, a.keep, a.out, a.small)
+        return 0
+    text = render_module(derive(json.loads(RESULTS.read_text())))
+    if a.check:
+        same = MODULE.read_text() == text
+        print("profiles_7b.py is current" if same else "profiles_7b.py differs: run python -m bench.profiles_7b write")
+        return 0 if same else 1
+    MODULE.write_text(text)
+    print(f"wrote {MODULE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
