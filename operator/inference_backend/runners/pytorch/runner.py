@@ -98,7 +98,7 @@ def load(args: Any, metrics: Metrics) -> Loaded:
         max_len = budget
     log.info("KV budget: %d tokens (%d bytes/token); max model len %d", budget, per_token, max_len)
 
-    backend = TorchBackend(model, device, metrics, prefix, draft, args.num_speculative_tokens)
+    backend = TorchBackend(model, device, metrics, prefix, draft, args.num_speculative_tokens, args.max_batch_size)
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
