@@ -36,6 +36,7 @@ from bench import bench_model, procstats
 from bench.engine_profiles.serving import Served, start
 
 PEER = "transformers serve --continuous-batching"
+PEER_BLOCKS = 64
 LETTERS = "etaoinshrdlcumwfgypbvkjxqz"  # the bench tokenizer was trained on words of these
 
 
@@ -85,6 +86,9 @@ def start_peer(model: Path, logdir: Path, threads: int) -> Served:
     exe = Path(sys.executable).with_name("transformers")
     argv = [str(exe), "serve", str(model), "--continuous-batching", "--device", "cpu", "--dtype", "float32"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    # Its paged KV cache takes 60% of the free host memory unless told otherwise (13 GB here: OOM-killed once on this
+    # shared machine); 64 pages of 256 tokens hold 16 sequences of the whole 512-token context with room to spare.
+    argv += ["--cb-num-blocks", str(PEER_BLOCKS)]
     return start("transformers-serve", argv, thread_env(threads), logdir / "peer.log", timeout=300)
 
 
