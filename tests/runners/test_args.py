@@ -24,7 +24,14 @@ def _flags(parser: object) -> set[str]:
 
 
 def test_flag_sets() -> None:
-    assert COMMON | {"--device", "--draft-model", "--num-speculative-tokens"} <= _flags(pytorch_parser())
+    pytorch_only = {
+        "--device",
+        "--draft-model",
+        "--num-speculative-tokens",
+        "--prepack-weights",
+        "--no-prepack-weights",
+    }
+    assert COMMON | pytorch_only <= _flags(pytorch_parser())
     assert COMMON | {"--providers"} <= _flags(onnx_parser())
     assert "--no-enable-prefix-caching" in _flags(onnx_parser())
 
@@ -32,6 +39,9 @@ def test_flag_sets() -> None:
 def test_defaults_and_choices() -> None:
     p = pytorch_parser().parse_args(["--model", "m"])
     assert (p.port, p.batching, p.device, p.enable_prefix_caching) == (8000, "continuous", "auto", False)
+    assert (
+        p.prepack_weights and not pytorch_parser().parse_args(["--model", "m", "--no-prepack-weights"]).prepack_weights
+    )
     o = onnx_parser().parse_args(["--model", "m", "--enable-prefix-caching"])
     assert (o.port, o.batching, o.enable_prefix_caching) == (8000, "dynamic", True)
     with pytest.raises(SystemExit):

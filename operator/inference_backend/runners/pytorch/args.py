@@ -19,6 +19,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto = cuda when available, else cpu",
     )
+    parser.add_argument(
+        "--prepack-weights",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CPU, float32: reorder every Linear layer's weights once for oneDNN's matmul instead of torch's default "
+        "(MKL repacks them on every call); see docs/runners.md (default: on)",
+    )
     spec = parser.add_argument_group("speculative decoding")
     spec.add_argument(
         "--draft-model",

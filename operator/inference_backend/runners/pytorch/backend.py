@@ -1,13 +1,15 @@
 """The PyTorch backend: a left-padded batch KV cache that sequences join (prefill) and leave at any step.
 
-Each sequence is prefilled on its own (optionally continuing from a prefix-cache hit), then its KV is
-left-padded into the running batch; per-row position ids and a 2-D attention mask keep every row's math
-identical to running it alone, so greedy output does not depend on the batch. Greedy sequences with a
-draft model configured run speculative steps on their own (batch of one) caches instead.
+Each sequence is prefilled on its own (optionally continuing from a prefix-cache hit; only the last position's
+logits are computed), then its KV is copied into a free row of the running batch's preallocated cache (slab.py),
+right-aligned; per-row position ids and a 2-D attention mask keep every row's math identical to running it alone,
+so greedy output does not depend on the batch. A decode step writes its keys and values in place. Greedy
+sequences with a draft model configured run speculative steps on their own (batch of one) caches instead.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,7 @@ from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.scheduler import Sequence
 from inference_backend.runners.pytorch import kv as kvh
 from inference_backend.runners.pytorch.sampling import Sampler
+from inference_backend.runners.pytorch.slab import Slab
 
 
 @dataclass
@@ -43,6 +46,7 @@ class TorchBackend:
         prefix_cache: PrefixCache | None = None,
         draft: Any = None,
         num_speculative_tokens: int = 4,
+        max_batch_size: int | None = None,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -52,8 +56,8 @@ class TorchBackend:
         self.draft = draft
         self.k = num_speculative_tokens
         self.rows: list[Sequence] = []  # batched (non-speculative) sequences, in cache row order
-        self.cache: Any = None
-        self.mask: torch.Tensor | None = None  # [rows, T] 1 = real token, 0 = left padding
+        self.slab = Slab(device, max_batch_size)
+        self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     # -- prefill ------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -66,7 +70,7 @@ class TorchBackend:
             firsts.append(seq.pick(sampler, logits))
             if self.draft is not None and sampler.greedy:
                 target = kvh.from_list(kv, self.config)
-                dcache, _ = self._forward(self.draft, seq.tokens, 0, None)
+                dcache, _ = self._forward(self.draft, seq.tokens, 0, None, 1)
                 n = len(seq.tokens)
                 seq.slot.spec = SpecState(target, dcache, n, n)
             else:
@@ -75,17 +79,20 @@ class TorchBackend:
             self._join(joining)
         return firsts
 
-    def _forward(self, model: Any, tokens: list[int], start: int, cache: Any) -> tuple[Any, torch.Tensor]:
+    def _forward(self, model: Any, tokens: list[int], start: int, cache: Any, keep: int) -> tuple[Any, torch.Tensor]:
+        """The logits of the last `keep` positions only (the language-model head is skipped for the others)."""
         ids = torch.tensor([tokens[start:]], device=self.device)
         pos = torch.arange(start, len(tokens), device=self.device).unsqueeze(0)
+        extra = {"logits_to_keep": keep} if self.keep else {}
         out = model(
             input_ids=ids,
             position_ids=pos,
             attention_mask=torch.ones(1, len(tokens), dtype=torch.long, device=self.device),
             cache=cache,
             use_cache=True,
+            **extra,
         )
-        return out.cache, out.logits[0]
+        return out.cache, out.logits[0, -keep:]
 
     def _prefill_one(self, tokens: list[int]) -> tuple[kvh.KV, torch.Tensor]:
         start, prefix = 0, None
@@ -93,27 +100,14 @@ class TorchBackend:
             start, hit = self.prefix_cache.lookup(tokens)
             if hit is not None:
                 prefix = kvh.from_list(hit, self.config)
-        cache, logits = self._forward(self.model, tokens, start, prefix)
+        cache, logits = self._forward(self.model, tokens, start, prefix, 1)
         kv = kvh.to_list(cache)
         if self.prefix_cache is not None:
             self.prefix_cache.store(tokens, kv)
         return kv, logits[-1]
 
     def _join(self, joining: list[tuple[Sequence, kvh.KV]]) -> None:
-        old_len = 0 if self.mask is None else self.mask.shape[1]
-        length = max([old_len] + [len(s.tokens) for s, _ in joining])
-        parts, masks = [], []
-        if self.cache is not None and self.mask is not None:
-            parts.append(kvh.left_pad(kvh.to_list(self.cache), length))
-            masks.append(torch.nn.functional.pad(self.mask, (length - old_len, 0)))
-        for seq, kv in joining:
-            n = len(seq.tokens)
-            parts.append(kvh.left_pad(kv, length))
-            row = torch.zeros(1, length, dtype=torch.long, device=self.device)
-            row[0, length - n :] = 1
-            masks.append(row)
-        cache, mask = kvh.from_list(kvh.cat_rows(parts), self.config), torch.cat(masks)
-        self.cache, self.mask = cache, mask  # nothing changes unless all of it worked (scheduler isolation)
+        self.slab.join([kv for _, kv in joining])  # after every prefill worked (scheduler isolation)
         self.rows.extend(seq for seq, _ in joining)
 
     # -- decode -------------------------------------------------------------------------------------
@@ -121,17 +115,18 @@ class TorchBackend:
     def decode(self, seqs: list[Sequence]) -> list[list[int]]:
         out: dict[int, list[int]] = {}
         if self.rows:
-            assert self.mask is not None
             last = torch.tensor([[s.tokens[-1]] for s in self.rows], device=self.device)
             pos = torch.tensor([[len(s.tokens) - 1] for s in self.rows], device=self.device)
-            self.mask = torch.nn.functional.pad(self.mask, (0, 1), value=1)
+            mask = self.slab.step()
             res = self.model(
-                input_ids=last, position_ids=pos, attention_mask=self.mask, cache=self.cache, use_cache=True
+                input_ids=last, position_ids=pos, attention_mask=mask, cache=self.slab.cache.bind(), use_cache=True
             )
-            self.cache = res.cache
+            self.slab.advance()
             logits = res.logits[:, -1]
+            top = logits.argmax(-1).tolist()  # greedy rows: one argmax for the batch
             for i, s in enumerate(self.rows):
-                out[id(s)] = s.pick(s.slot.sampler, logits[i])
+                sampler = s.slot.sampler
+                out[id(s)] = [top[i]] if sampler.greedy else s.pick(sampler, logits[i])
         for s in seqs:
             if s.slot.spec is not None:
                 out[id(s)] = self._spec_step_isolated(s)
@@ -154,13 +149,13 @@ class TorchBackend:
         k = max(0, min(self.k, seq.req.params.max_tokens - seq.generated - 1))
         drafts: list[int] = []
         if k:
-            st.draft, logits = self._forward(self.draft, toks, st.dlen, st.draft)
+            st.draft, logits = self._forward(self.draft, toks, st.dlen, st.draft, 1)
             drafts.append(int(torch.argmax(logits[-1])))
             for _ in range(k - 1):
-                st.draft, logits = self._forward(self.draft, toks + drafts, n + len(drafts) - 1, st.draft)
+                st.draft, logits = self._forward(self.draft, toks + drafts, n + len(drafts) - 1, st.draft, 1)
                 drafts.append(int(torch.argmax(logits[-1])))
             st.dlen = n + k - 1
-        st.target, logits = self._forward(self.model, toks + drafts, st.tlen, st.target)
+        st.target, logits = self._forward(self.model, toks + drafts, st.tlen, st.target, k + 1)
         verify = torch.argmax(logits[-(k + 1) :], dim=-1).tolist()
         accepted = 0
         while accepted < k and drafts[accepted] == verify[accepted]:
@@ -187,20 +182,17 @@ class TorchBackend:
         return None
 
     # -- leave --------------------------------------------------------------------------------------
+    @torch.inference_mode()
     def release(self, seqs: list[Sequence]) -> None:
         gone = {id(s) for s in seqs}
         for s in seqs:
             if s.slot is not None:
                 s.slot.spec = None
-        keep = [i for i, s in enumerate(self.rows) if id(s) not in gone]
-        if len(keep) == len(self.rows):
+        leaving = [i for i, s in enumerate(self.rows) if id(s) in gone]
+        if not leaving:
             return
-        self.rows = [self.rows[i] for i in keep]
-        if not keep or self.mask is None:
-            self.cache, self.mask = None, None
-            return
-        idx = torch.tensor(keep, device=self.device)
-        mask = self.mask[idx]
-        start = int((mask.sum(0) > 0).nonzero()[0])  # drop columns that are padding in every row
-        self.cache = kvh.from_list(kvh.select_rows(kvh.to_list(self.cache), idx, start), self.config)
-        self.mask = mask[:, start:]
+        self.slab.remove(leaving)
+        for r in sorted(leaving, reverse=True):  # the slab moved its last row into each hole: so do we
+            last = self.rows.pop()
+            if r < len(self.rows):
+                self.rows[r] = last

@@ -35,24 +35,3 @@ def truncate(cache: Any, length: int) -> None:
 
 def slice_kv(kv: KV, n: int) -> KV:
     return [(k[..., :n, :], v[..., :n, :]) for k, v in kv]
-
-
-def left_pad(kv: KV, length: int) -> KV:
-    out = []
-    for k, v in kv:
-        pad = length - k.shape[-2]
-        if pad:
-            shape = (*k.shape[:-2], pad, k.shape[-1])
-            k = torch.cat([k.new_zeros(shape), k], dim=-2)
-            v = torch.cat([v.new_zeros(shape), v], dim=-2)
-        out.append((k, v))
-    return out
-
-
-def cat_rows(parts: list[KV]) -> KV:
-    layers = range(len(parts[0]))
-    return [(torch.cat([p[i][0] for p in parts]), torch.cat([p[i][1] for p in parts])) for i in layers]
-
-
-def select_rows(kv: KV, rows: torch.Tensor, start: int = 0) -> KV:
-    return [(k[rows, :, start:, :], v[rows, :, start:, :]) for k, v in kv]

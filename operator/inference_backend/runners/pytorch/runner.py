@@ -13,6 +13,7 @@ from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.server import Loaded, start_scheduler
 from inference_backend.runners.pytorch import kv as kvh
+from inference_backend.runners.pytorch import packed
 from inference_backend.runners.pytorch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,11 @@ def load(args: Any, metrics: Metrics) -> Loaded:
         log.warning("max model len %d exceeds the KV budget; lowering it to %d tokens", max_len, budget)
         max_len = budget
     log.info("KV budget: %d tokens (%d bytes/token); max model len %d", budget, per_token, max_len)
+    if args.prepack_weights and packed.available(device, dtype):
+        for m in (model, draft) if draft is not None else (model,):
+            packed.prepack(m)
 
-    backend = TorchBackend(model, device, metrics, prefix, draft, args.num_speculative_tokens)
+    backend = TorchBackend(model, device, metrics, prefix, draft, args.num_speculative_tokens, args.max_batch_size)
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
