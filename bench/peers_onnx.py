@@ -117,15 +117,8 @@ def top_frames(folded: Path, n: int = 12) -> list[tuple[str, float]]:
     return [(frame, c / total) for frame, c in own.most_common(n)] if total else []
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--prompt-len", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ib-peers-onnx")
-    p.add_argument("--profile", type=Path, default=None, help="py-spy the server at concurrency 16 into this dir")
-    a = p.parse_args()
+def collect(a: argparse.Namespace) -> dict[int, dict[str, float]]:
+    """tokens/s per N (1, 8, 16): the loop's and each server mode's (a: main()'s options)."""
     import onnxruntime_genai as og
 
     spec = PRESETS["cpu"]
@@ -152,11 +145,33 @@ def main() -> None:
     finally:
         for srv in servers.values():
             srv.stop()
-    print(f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES) + "  best/loop")
-    for n in CONCURRENCY:
-        best = max(rates[n][m] for m in MODES)
-        cols = " ".join(f"{rates[n][m]:15.1f}" for m in MODES)
-        print(f"{n:3d} {rates[n]['loop']:11.1f} {cols}  {best / rates[n]['loop']:.2f}x")
+    return rates
+
+
+def table(rates: dict[int, dict[str, float]]) -> str:
+    lines = [f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES) + "  best/loop"]
+    for n, r in rates.items():
+        best = max(r[m] for m in MODES)
+        cols = " ".join(f"{r[m]:15.1f}" for m in MODES)
+        lines.append(f"{n:3d} {r['loop']:11.1f} {cols}  {best / r['loop']:.2f}x")
+    return "\n".join(lines)
+
+
+def best_ratio(rates: dict[str, float]) -> float:
+    return max(rates[m] for m in MODES) / rates["loop"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ib-peers-onnx")
+    p.add_argument("--profile", type=Path, default=None, help="py-spy the server at concurrency 16 into this dir")
+    a = p.parse_args()
+    rates = collect(a)
+    print(table(rates))
     if a.profile is not None and (a.profile / "server-c16.txt").exists():
         print(f"py-spy, server at concurrency 16 ({MODES[0]}), self time by innermost frame:")
         for frame, share in top_frames(a.profile / "server-c16.txt"):

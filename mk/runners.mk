@@ -1,6 +1,6 @@
 # Runners (PyTorch eager runner, ONNX Runtime server): heavy deps live in a cached venv outside the clone,
 # keyed by a hash of hack/runners-requirements.txt (created on first use by hack/runners-venv).
-.PHONY: runners-venv runners-test runners-lint runners-bench
+.PHONY: runners-venv runners-test runners-lint runners-bench runners-peers
 TEST_TARGETS += runners-test
 
 RUNNERS_VENV_SCRIPT := hack/runners-venv
@@ -24,3 +24,7 @@ runners-lint:
 
 runners-bench:
 	@venv="$$($(RUNNERS_VENV_SCRIPT))"; PYTHONPATH=$(RUNNERS_PYTHONPATH) "$$venv/bin/python" -m bench.runners
+
+# Issue 16 item 6: both runners against their peers in one run (bench/peers.py; prints figures, asserts nothing).
+runners-peers:
+	@venv="$$($(RUNNERS_VENV_SCRIPT))"; PYTHONPATH=$(RUNNERS_PYTHONPATH) "$$venv/bin/python" -m bench.peers
