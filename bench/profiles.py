@@ -112,12 +112,17 @@ def main() -> int:
         else str(args.input)
     )
     text = render_module(derive(json.loads(args.input.read_text())), source)
-    if args.check:
-        same = MODULE.exists() and MODULE.read_text() == text
-        print("profiles_measured.py is current" if same else "profiles_measured.py differs: run make profiles")
+    return write_or_check(MODULE, text, args.check, "make profiles")
+
+
+def write_or_check(module: Path, text: str, check: bool, how: str) -> int:
+    """Write a generated module, or (check) exit 1 when it differs from the text derived now, saying `how` to fix."""
+    if check:
+        same = module.exists() and module.read_text() == text
+        print(f"{module.name} is current" if same else f"{module.name} differs: run {how}")
         return 0 if same else 1
-    MODULE.write_text(text)
-    print(f"wrote {MODULE.relative_to(ROOT)}")
+    module.write_text(text)
+    print(f"wrote {module.relative_to(ROOT)}")
     return 0
 
 

@@ -38,6 +38,7 @@ from ib_testkit.llama_server import llama_cpp_source, llama_server_bin
 
 from bench import procstats
 from bench.bench_model import BenchModel
+from bench.profiles import write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "cpu-7b.json"
@@ -324,13 +325,7 @@ def main() -> int:
         measure(a.configs.split(","), a.work, a.threads, a.gen, a.keep, a.out, a.small)
         return 0
     text = render_module(derive(json.loads(RESULTS.read_text())))
-    if a.check:
-        same = MODULE.read_text() == text
-        print("profiles_7b.py is current" if same else "profiles_7b.py differs: run python -m bench.profiles_7b write")
-        return 0 if same else 1
-    MODULE.write_text(text)
-    print(f"wrote {MODULE.relative_to(ROOT)}")
-    return 0
+    return write_or_check(MODULE, text, a.check, "python -m bench.profiles_7b write")
 
 
 if __name__ == "__main__":
