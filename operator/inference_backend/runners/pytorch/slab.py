@@ -144,6 +144,7 @@ class SlabLayer(CacheLayerMixin):  # type: ignore[no-untyped-call]
 class SlabCache(Cache):
     def __init__(self, slab: Slab) -> None:
         super().__init__(layers=[])
+        self.layers: list[Any] = []  # declared here: mypy cannot see Cache's where transformers is not installed
         self.slab = slab
 
     def bind(self) -> SlabCache:
