@@ -143,6 +143,9 @@ CASES = [
          MIXED, "tgi", batching="continuous", unsupported="batching.strategy static: mapped to tgi's continuous"),
     Case("onnx-dynamic-default", m(model=m(uri="s3://b/m.onnx", parameters="1B")), CPU, "onnxruntime",
          batching="dynamic"),
+    Case("onnx-prefix-cache-says-which-format", m(model=m(uri="s3://b/m.onnx", parameters="1B"),
+                                                  prefixCache=m(enabled=True)), CPU, "onnxruntime",
+         reason="prefix cache: on (our exporter's ONNX format only: an onnxruntime-genai format model"),
     Case("maxwait-ignored-continuous", m(model=m(modelRef="llama-3-1-8b"), batching=m(maxWaitMillis=5)), MIXED, "vllm",
          unsupported="maxWaitMillis"),
     # --- speculative decoding

@@ -164,6 +164,9 @@ class EngineCard:
     """Why: the image's USER (with its source), or what in the image needs root."""
     autoscaling: Autoscaling
     """The metrics spec.autoscaling scales on (each with its source) and whether it may scale to zero."""
+    prefix_cache_caveat: str
+    """Where ``prefix_cache`` does not hold for every model it loads (the selection cannot tell those models apart):
+    said in the decision's "prefix cache: on" reason, so `kubectl describe` shows it."""
 
     @property
     def gpu_required(self) -> bool:
@@ -194,7 +197,7 @@ class EngineCard:
 
 # A card may truthfully have no speculation method or no prefix cache; every other field must say something.
 _MAY_BE_EMPTY = frozenset({"layer_split", "slots", "run_as_user", "speculative", "prefix_cache", "multi_gpu",
-                           "multi_node", "own_hf_loader", "kv_offload",
+                           "multi_node", "own_hf_loader", "kv_offload", "prefix_cache_caveat",
                            "min_compute", "bf16_min_compute", "kv_dtypes"})  # fmt: skip
 
 

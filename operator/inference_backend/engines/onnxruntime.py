@@ -59,4 +59,6 @@ CARD = EngineCard(
     autoscaling=runners.autoscaling(
         "seconds for the models it serves: one ONNX Runtime session is created from the file, no compile step"
     ),
+    prefix_cache_caveat="our exporter's ONNX format only: an onnxruntime-genai format model (genai_config.json) "
+    "is served without it, and the server logs so",
 )  # fmt: skip

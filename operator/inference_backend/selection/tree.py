@@ -412,7 +412,8 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     if resolved == "continuous" and spec.batching.max_wait_millis is not None:
         unsupported.append("batching.maxWaitMillis: continuous batching admits requests every step; ignored")
     prefix = spec.prefix_cache.enabled and caps.prefix_cache
-    reasons.append(f"prefix cache: {'on' if prefix else 'off'}")
+    caveat = f" ({caps.prefix_cache_caveat})" if prefix and caps.prefix_cache_caveat else ""
+    reasons.append(f"prefix cache: {'on' if prefix else 'off'}{caveat}")
     kv_dtype = spec.kv_cache.dtype if spec.kv_cache.dtype in caps.kv_dtypes else "auto"
     speculation = _speculation(spec, draft, draft_why, choice, caps)
     reasons.append(f"speculative decoding: {'on' if speculation.enabled else 'off'} ({speculation.reason})")
