@@ -15,7 +15,7 @@ COMMON = {
     "--model", "--served-model-name", "--host", "--port", "--dtype", "--batching", "--max-batch-size",
     "--max-batch-tokens", "--max-wait-ms", "--max-model-len", "--max-queue", "--kv-cache-memory-fraction",
     "--enable-prefix-caching", "--threads", "--max-body-bytes", "--max-stop-sequences", "--max-stop-chars",
-    "--max-messages", "--request-timeout", "--shutdown-timeout", "--chat-template",
+    "--max-messages", "--max-n", "--max-logprobs", "--request-timeout", "--shutdown-timeout", "--chat-template",
 }  # fmt: skip
 
 

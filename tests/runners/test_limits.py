@@ -45,6 +45,7 @@ def limited(request: Any, models: dict[str, Path], start_server: Any, chat_templ
     model = models[key]
     extra = ["--max-body-bytes", "20000", "--max-stop-sequences", "3", "--max-stop-chars", "10"]
     extra += ["--chat-template", str(chat_template)]
+    extra += ["--max-n", "2", "--max-logprobs", "1"]
     return start_server(kind, _flags(model, *extra, "--max-messages", "3", "--max-model-len", "64"))
 
 
@@ -82,7 +83,7 @@ def test_context_length_with_and_without_max_tokens(limited: Any) -> None:
     _error(httpx.post(limited.url + "/v1/chat/completions", json=chat), 400, "context_length_exceeded", "messages")
 
 
-def test_stop_seed_n_messages_bounds(limited: Any) -> None:
+def test_stop_seed_n_logprobs_messages_bounds(limited: Any) -> None:
     url = limited.url + "/v1/completions"
     base = {"model": "tiny", "prompt": "the cat", "max_tokens": 3}
     _error(httpx.post(url, json={**base, "stop": ["a", "b", "c", "d"]}), 400, "invalid_value", "stop")
@@ -94,7 +95,13 @@ def test_stop_seed_n_messages_bounds(limited: Any) -> None:
         once = [httpx.post(url, json={**base, "seed": seed, "temperature": 1}, timeout=60) for _ in range(2)]
         assert [r.status_code for r in once] == [200, 200], once[0].text
         assert once[0].json()["choices"][0]["text"] == once[1].json()["choices"][0]["text"]
-    _error(httpx.post(url, json={**base, "n": 2}), 400, "invalid_value", "n")
+    err = _error(httpx.post(url, json={**base, "n": 3}), 400, "invalid_value", "n")
+    assert "--max-n" in err["message"]
+    assert len(httpx.post(url, json={**base, "n": 2}, timeout=60).json()["choices"]) == 2
+    _error(httpx.post(url, json={**base, "logprobs": 2}), 400, "invalid_value", "logprobs")
+    assert httpx.post(url, json={**base, "logprobs": 1}, timeout=60).json()["choices"][0]["logprobs"]["tokens"]
+    chat_lp = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 2}
+    _error(httpx.post(limited.url + "/v1/chat/completions", json=chat_lp), 400, "invalid_value", "top_logprobs")
     msgs = [{"role": "user", "content": "hi"}] * 4
     chat = limited.url + "/v1/chat/completions"
     _error(httpx.post(chat, json={"model": "tiny", "messages": msgs}), 400, "invalid_value", "messages")

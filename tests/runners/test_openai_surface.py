@@ -29,11 +29,7 @@ def _error(r: httpx.Response, status: int, code: str | None, param: str | None =
 
 
 COMPLETIONS_REFUSED = [
-    ("logprobs", 1),
-    ("logprobs", 0),
     ("echo", True),
-    ("presence_penalty", 0.5),
-    ("frequency_penalty", -1.0),
     ("logit_bias", {"5": 10}),
     ("best_of", 2),
     ("suffix", "end"),
@@ -45,8 +41,6 @@ CHAT_REFUSED = [
     ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
     ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
     ("tool_choice", "required"),
-    ("logprobs", True),
-    ("top_logprobs", 3),
 ]
 
 

@@ -17,6 +17,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def fraction(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
@@ -101,6 +108,21 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
         default=lim.MAX_MESSAGES,
         metavar="N",
         help=f"most chat messages per request (default: {lim.MAX_MESSAGES})",
+    )
+    limits.add_argument(
+        "--max-n",
+        type=positive_int,
+        default=lim.MAX_N,
+        metavar="N",
+        help=f"most choices (`n`) per request; each is a sequence of its own in the batch (default: {lim.MAX_N})",
+    )
+    limits.add_argument(
+        "--max-logprobs",
+        type=non_negative_int,
+        default=lim.MAX_LOGPROBS,
+        metavar="N",
+        help="most alternatives per token (`logprobs` of completions, `top_logprobs` of chat) "
+        f"(default: {lim.MAX_LOGPROBS})",
     )
     limits.add_argument(
         "--request-timeout",

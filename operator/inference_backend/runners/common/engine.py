@@ -16,6 +16,30 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False
+    # OpenAI's penalties, over this request's generated tokens (as vLLM): logit -= frequency * count + presence * seen
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None  # per token, the chosen token's logprob and this many top alternatives; None: none
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with nothing else to compute per token: backends may pick by one batched argmax (or the
+        library's own), and speculative decoding may run."""
+        return (
+            self.temperature <= 0
+            and self.presence_penalty == 0
+            and self.frequency_penalty == 0
+            and self.logprobs is None
+        )
+
+
+@dataclass
+class TokenLogprob:
+    """One generated token's log probability under the model's own distribution (the raw logits, before
+    temperature, top-p and penalties: vLLM's default logprobs mode), and the `top` most likely (id, logprob)."""
+
+    logprob: float
+    top: list[tuple[int, float]]
 
 
 @dataclass
@@ -28,6 +52,7 @@ class TokenEvent:
     token_ids: list[int]
     finish_reason: str | None = None
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when the request asked for logprobs
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""Running one prepared request on the engine: submission, the per-request deadline, client disconnects
-(cancel the generation), the JSON or SSE reply."""
+"""Running one prepared request on the engine: submission (one engine request per choice, `n`), the per-request
+deadline, client disconnects (cancel the generation), the JSON or SSE reply with its logprobs."""
 
 from __future__ import annotations
 
@@ -17,56 +17,111 @@ from starlette.requests import Request
 from inference_backend.runners.common import errors
 from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, SamplingParams, TokenEvent
 from inference_backend.runners.common.limits import GREEDY_BELOW, TOP_P_GREEDY_BELOW
+from inference_backend.runners.common.logprobs import LogprobFormat
 from inference_backend.runners.common.prepare import Prepared
 from inference_backend.runners.common.state import State
 from inference_backend.runners.common.textstream import TextStream
 
 
 class Submitted:
-    """A request handed to the engine; its TokenEvents arrive on the event loop. close() cancels it."""
+    """A request's choices handed to the engine, one GenRequest each; their TokenEvents arrive on the event loop
+    as (choice index, event). close() cancels what still runs."""
 
-    def __init__(self, prep: Prepared, params: SamplingParams, deadline: float | None, timeout_s: float) -> None:
+    def __init__(self, prep: Prepared, params: list[SamplingParams], deadline: float | None, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[TokenEvent | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, TokenEvent] | None] = asyncio.Queue()
         self.timeout_s = timeout_s
-        self.done = False  # the engine sent the last event
-
-        def emit(ev: TokenEvent) -> None:
-            with contextlib.suppress(RuntimeError):  # event loop gone (shutdown)
-                loop.call_soon_threadsafe(self.queue.put_nowait, ev)
-
-        self.req = GenRequest(uuid.uuid4().hex, prep.ids, params, emit)
+        self.request_id = uuid.uuid4().hex
         self.engine = prep.loaded.engine
-        try:
-            prep.loaded.engine.submit(self.req)
-        except QueueFull as exc:
-            raise errors.overloaded(int(exc.args[0])) from exc
-        except EngineUnavailable as exc:
-            raise errors.unavailable(str(exc)) from exc
+        self.reqs: list[GenRequest] = []
+        self.open: set[int] = set()  # choices whose last event has not come yet
+        self.timer: asyncio.TimerHandle | None = None
+
+        def emitter(index: int) -> Any:
+            def emit(ev: TokenEvent) -> None:
+                with contextlib.suppress(RuntimeError):  # event loop gone (shutdown)
+                    loop.call_soon_threadsafe(self.queue.put_nowait, (index, ev))
+
+            return emit
+
+        for i, p in enumerate(params):
+            rid = self.request_id if len(params) == 1 else f"{self.request_id}-{i}"
+            req = GenRequest(rid, prep.ids, p, emitter(i))
+            try:
+                self.engine.submit(req)
+            except QueueFull as exc:
+                self.close()
+                raise errors.overloaded(int(exc.args[0])) from exc
+            except EngineUnavailable as exc:
+                self.close()
+                raise errors.unavailable(str(exc)) from exc
+            self.reqs.append(req)
+            self.open.add(i)
         self.timer = None if deadline is None else loop.call_at(deadline, self._expire)
 
     def _expire(self) -> None:
-        self.engine.cancel(self.req)
+        self.cancel()
         self.queue.put_nowait(None)
 
-    async def events(self) -> AsyncIterator[TokenEvent]:
-        """TokenEvents up to the last; raises errors.timed_out past the deadline."""
-        while True:
-            ev = await self.queue.get()
-            if ev is None:
+    async def events(self) -> AsyncIterator[tuple[int, TokenEvent]]:
+        """(choice, TokenEvent) until every choice's last; raises errors.timed_out past the deadline."""
+        while self.open:
+            item = await self.queue.get()
+            if item is None:
                 raise errors.timed_out(self.timeout_s)
+            index, ev = item
+            if index not in self.open:
+                continue  # that choice was ended early (a stop string)
             if ev.finish_reason is not None:
-                self.done = True
-            yield ev
-            if self.done:
-                return
+                self.open.discard(index)
+            yield index, ev
+
+    def end(self, index: int) -> None:
+        """This choice is complete (its text hit a stop string): the engine drops its generation."""
+        if index in self.open:
+            self.open.discard(index)
+            self.engine.cancel(self.reqs[index])
+
+    def cancel(self) -> None:
+        """The client is gone or the deadline passed: every running choice is dropped (they end with "abort")."""
+        for i in self.open:
+            self.engine.cancel(self.reqs[i])
 
     def close(self) -> None:
-        """Done, failed or abandoned: the engine drops the request if it still runs."""
+        """Done, failed or abandoned: the engine drops what still runs."""
         if self.timer is not None:
             self.timer.cancel()
-        if not self.done:
-            self.engine.cancel(self.req)
+        self.cancel()
+        self.open.clear()
+
+
+class Choice:
+    """One choice's text (incremental, with stop strings), token ids and logprobs."""
+
+    def __init__(self, index: int, prep: Prepared) -> None:
+        self.index = index
+        self.text = TextStream(prep.loaded.tokenizer, prep.body.stop_list())
+        self.ids: list[int] = []
+        self.pieces: list[str] = []
+        self.finish = "stop"
+        self.logprobs = None if prep.logprobs is None else LogprobFormat(prep.loaded.tokenizer, prep.chat)
+        self.all_logprobs = None if self.logprobs is None else self.logprobs.empty()
+
+    def push(self, ev: TokenEvent) -> tuple[str, str | None, dict[str, Any] | None]:
+        """Take an event: (the text now safe to send, the finish reason if this choice is done, the event's
+        logprobs in the reply shape)."""
+        self.ids.extend(ev.token_ids)
+        delta = self.text.push(ev.token_ids, ev.finish_reason is not None)
+        self.pieces.append(delta)
+        finish = "stop" if self.text.stopped else ev.finish_reason
+        if finish is not None:
+            self.finish = finish
+        lps = None
+        if self.logprobs is not None and self.all_logprobs is not None:
+            lps = self.logprobs.extend(self.logprobs.empty(), ev.token_ids, ev.logprobs or [])
+            for key, values in lps.items():
+                self.all_logprobs[key].extend(values)
+        return delta, finish, lps
 
 
 async def _watch_disconnect(request: Request, sub: Submitted) -> None:
@@ -74,63 +129,77 @@ async def _watch_disconnect(request: Request, sub: Submitted) -> None:
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
-            sub.engine.cancel(sub.req)
+            sub.cancel()
             return
 
 
-async def generate(state: State, prep: Prepared, request: Request, started: float) -> Response:
+def _params(prep: Prepared) -> list[SamplingParams]:
+    """One SamplingParams per choice; with a seed, choice i samples with seed + i (distinct, reproducible)."""
     body = prep.body
     greedy = body.temperature < GREEDY_BELOW or body.top_p < TOP_P_GREEDY_BELOW
     temp = 0.0 if greedy else body.temperature
-    params = SamplingParams(prep.max_tokens, temp, body.top_p, body.seed, body.ignore_eos)
+    return [
+        SamplingParams(
+            prep.max_tokens,
+            temp,
+            body.top_p,
+            None if body.seed is None else body.seed + i,
+            body.ignore_eos,
+            body.presence_penalty,
+            body.frequency_penalty,
+            prep.logprobs,
+        )
+        for i in range(prep.n)
+    ]
+
+
+async def generate(state: State, prep: Prepared, request: Request, started: float) -> Response:
     timeout = state.limits.request_timeout_s
-    sub = Submitted(prep, params, started + timeout if timeout > 0 else None, timeout)
-    rid = ("chatcmpl-" if prep.chat else "cmpl-") + sub.req.request_id
-    text = TextStream(prep.loaded.tokenizer, body.stop_list())
+    sub = Submitted(prep, _params(prep), started + timeout if timeout > 0 else None, timeout)
+    rid = ("chatcmpl-" if prep.chat else "cmpl-") + sub.request_id
     base = {"id": rid, "created": int(time.time()), "model": state.served_model_name}
-    if body.stream:
-        return StreamingResponse(_sse(sub, text, base, prep), media_type="text/event-stream")
+    if prep.body.stream:
+        return StreamingResponse(_sse(sub, base, prep), media_type="text/event-stream")
     watcher = asyncio.create_task(_watch_disconnect(request, sub))
     try:
-        return await _whole(sub, text, base, prep)
+        return await _whole(sub, base, prep)
     finally:
         watcher.cancel()
         sub.close()
 
 
-async def _whole(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Prepared) -> Response:
-    out_ids: list[int] = []
-    pieces: list[str] = []
-    finish = "stop"
-    async for ev in sub.events():
+async def _whole(sub: Submitted, base: dict[str, Any], prep: Prepared) -> Response:
+    choices = [Choice(i, prep) for i in range(prep.n)]
+    async for i, ev in sub.events():
         if ev.error:
             raise errors.engine_error(ev.error)
-        out_ids.extend(ev.token_ids)
-        pieces.append(text.push(ev.token_ids, ev.finish_reason is not None))
-        finish = ev.finish_reason or finish
-        if text.stopped:
-            finish = "stop"
-            break
-    choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
-    if prep.chat:
-        choice["message"] = {"role": "assistant", "content": "".join(pieces)}
-    else:
-        choice["text"] = "".join(pieces)
-    if prep.body.return_token_ids:
-        choice["token_ids"] = out_ids
-    n_prompt, n_out = len(prep.ids), len(out_ids)
+        choices[i].push(ev)
+        if choices[i].text.stopped:
+            sub.end(i)
+    out = []
+    for c in choices:
+        choice: dict[str, Any] = {"index": c.index, "finish_reason": c.finish, "logprobs": c.all_logprobs}
+        if prep.chat:
+            choice["message"] = {"role": "assistant", "content": "".join(c.pieces)}
+        else:
+            choice["text"] = "".join(c.pieces)
+        if prep.body.return_token_ids:
+            choice["token_ids"] = c.ids
+        out.append(choice)
+    n_prompt, n_out = len(prep.ids), sum(len(c.ids) for c in choices)
     usage = {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
     obj = "chat.completion" if prep.chat else "text_completion"
-    return JSONResponse({**base, "object": obj, "choices": [choice], "usage": usage})
+    return JSONResponse({**base, "object": obj, "choices": out, "usage": usage})
 
 
-async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Prepared) -> AsyncGenerator[bytes, None]:
+async def _sse(sub: Submitted, base: dict[str, Any], prep: Prepared) -> AsyncGenerator[bytes, None]:
     """Starlette cancels this generator when the client disconnects: `finally` then cancels the generation."""
     chat, body = prep.chat, prep.body
     obj = "chat.completion.chunk" if chat else "text_completion"
+    choices = [Choice(i, prep) for i in range(prep.n)]
 
-    def chunk(delta: str, finish: str | None, ids: list[int] | None, first: bool = False) -> bytes:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
+    def chunk(index: int, delta: str, finish: str | None, ids: Any, lps: Any, first: bool = False) -> bytes:
+        choice: dict[str, Any] = {"index": index, "finish_reason": finish, "logprobs": lps}
         if chat:
             choice["delta"] = {"role": "assistant", "content": delta} if first else {"content": delta}
         else:
@@ -141,30 +210,27 @@ async def _sse(sub: Submitted, text: TextStream, base: dict[str, Any], prep: Pre
         return f"data: {json.dumps({**base, 'object': obj, 'choices': [choice], **extra})}\n\n".encode()
 
     def tally() -> dict[str, int]:
-        n_prompt = len(prep.ids)
+        n_prompt, n_out = len(prep.ids), sum(len(c.ids) for c in choices)
         return {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}
 
     options = body.stream_options
     usage = options is not None and options.include_usage
     continuous = usage and options is not None and options.continuous_usage_stats
-    n_out = 0
 
     try:
         if chat:
-            yield chunk("", None, None, first=True)
+            for c in choices:
+                yield chunk(c.index, "", None, None, None, first=True)
         try:
-            async for ev in sub.events():
+            async for i, ev in sub.events():
                 if ev.error:
                     yield f"data: {json.dumps(errors.engine_error(ev.error).body())}\n\n".encode()
                     break
-                final = ev.finish_reason is not None
-                n_out += len(ev.token_ids)
-                delta = text.push(ev.token_ids, final)
-                finish = "stop" if text.stopped else ev.finish_reason
+                delta, finish, lps = choices[i].push(ev)
                 if delta or ev.token_ids or finish:
-                    yield chunk(delta, finish, ev.token_ids)
-                if text.stopped or final:
-                    break
+                    yield chunk(i, delta, finish, ev.token_ids, lps)
+                if choices[i].text.stopped:
+                    sub.end(i)
         except errors.APIError as exc:  # the deadline passed mid-stream
             yield f"data: {json.dumps(exc.body())}\n\n".encode()
         if usage:  # stream_options.include_usage: a last chunk with no choices carries the usage

@@ -12,6 +12,8 @@ MAX_BODY_BYTES = 8 * 2**20
 MAX_STOP_SEQUENCES = 16
 MAX_STOP_CHARS = 256
 MAX_MESSAGES = 1024
+MAX_N = 16  # choices per request; each is a sequence of its own in the batch
+MAX_LOGPROBS = 20  # top alternatives per token (vLLM's default --max-logprobs; OpenAI's chat top_logprobs bound)
 REQUEST_TIMEOUT_S = 600.0
 SHUTDOWN_TIMEOUT_S = 20.0
 # OpenAI documents `seed` as an integer; vLLM takes 64-bit values. Both samplers use seed mod 2**64.
@@ -29,6 +31,8 @@ class Limits:
     max_stop_sequences: int = MAX_STOP_SEQUENCES
     max_stop_chars: int = MAX_STOP_CHARS
     max_messages: int = MAX_MESSAGES
+    max_n: int = MAX_N
+    max_logprobs: int = MAX_LOGPROBS
     request_timeout_s: float = REQUEST_TIMEOUT_S  # 0: none
     shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S
 
@@ -39,6 +43,8 @@ class Limits:
             max_stop_sequences=args.max_stop_sequences,
             max_stop_chars=args.max_stop_chars,
             max_messages=args.max_messages,
+            max_n=args.max_n,
+            max_logprobs=args.max_logprobs,
             request_timeout_s=args.request_timeout,
             shutdown_timeout_s=args.shutdown_timeout,
         )

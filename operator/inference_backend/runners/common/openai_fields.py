@@ -19,10 +19,6 @@ def _none_or(*neutral: Any) -> Callable[[Any], bool]:
 
 # field -> is this value neutral? (then accepted)
 UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "logprobs": _none_or(False),
-    "top_logprobs": _none_or(0),
-    "presence_penalty": _none_or(0, 0.0),
-    "frequency_penalty": _none_or(0, 0.0),
     "repetition_penalty": _none_or(1, 1.0),
     "logit_bias": _none_or({}),
     "best_of": _none_or(1),

@@ -27,6 +27,8 @@ class Prepared:
     ids: list[int]
     max_tokens: int
     chat: bool
+    n: int = 1
+    logprobs: int | None = None  # top alternatives per token; None: no logprobs
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -56,10 +58,11 @@ def prepare(raw: bytes, chat: bool, state: State) -> Prepared:
         raise errors.not_ready()
     openai_fields.check(body.model_extra)
     _check_stop(body, state.limits)
+    logprobs = _check_choices(body, chat, state.limits)
     ids = _chat_ids(body, loaded, state.limits) if chat else _completion_ids(body, loaded)
     param = "messages" if chat else "prompt"
     max_tokens = _check_length(len(ids), body.effective_max_tokens(), loaded.max_model_len, param)
-    return Prepared(body, loaded, ids, max_tokens, chat)
+    return Prepared(body, loaded, ids, max_tokens, chat, body.n, logprobs)
 
 
 def _parse(raw: bytes, model: type[_Base]) -> Any:
@@ -94,6 +97,27 @@ def _check_stop(body: _Base, limits: Limits) -> None:
             "stop",
             "invalid_value",
         )
+
+
+def _check_choices(body: _Base, chat: bool, limits: Limits) -> int | None:
+    """Bounds of `n` and of the logprobs asked for; returns the alternatives per token (None: no logprobs)."""
+    if body.n > limits.max_n:
+        raise errors.bad_request(
+            f"n: at most {limits.max_n} choices per request are allowed (--max-n), got {body.n}.", "n", "invalid_value"
+        )
+    count = body.logprobs_count()
+    param = "top_logprobs" if chat else "logprobs"
+    if isinstance(body, ChatCompletionRequest) and body.top_logprobs and not body.logprobs:
+        raise errors.bad_request(
+            "top_logprobs: set `logprobs` to true to get top_logprobs.", "top_logprobs", "invalid_value"
+        )
+    if count is not None and count > limits.max_logprobs:
+        raise errors.bad_request(
+            f"{param}: at most {limits.max_logprobs} alternatives per token are allowed (--max-logprobs), got {count}.",
+            param,
+            "invalid_value",
+        )
+    return count
 
 
 def _completion_ids(body: CompletionRequest, loaded: Loaded) -> list[int]:

@@ -24,17 +24,23 @@ class _Base(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1)  # at most --max-n (prepare.py)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     # vLLM extensions.
     ignore_eos: bool = False
     return_token_ids: bool = False
 
     def effective_max_tokens(self) -> int | None:
         return self.max_tokens
+
+    def logprobs_count(self) -> int | None:
+        """Top alternatives to return per token (0: only the chosen token's logprob); None: no logprobs."""
+        return None
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -44,6 +50,10 @@ class _Base(BaseModel):
 
 class CompletionRequest(_Base):
     prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0)  # at most --max-logprobs (prepare.py)
+
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
 
 
 class ChatMessage(BaseModel):
@@ -64,6 +74,11 @@ class ChatCompletionRequest(_Base):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     add_generation_prompt: bool = True
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0)  # at most --max-logprobs, with logprobs: true
+
+    def logprobs_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def effective_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, TokenEvent
+from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, TokenEvent, TokenLogprob
 from inference_backend.runners.common.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -46,15 +46,21 @@ class Sequence:
     generated: int = 0
     scheduled: float = field(default_factory=time.monotonic)
     error: str | None = None  # set by pick(): this request failed (the others go on)
+    picked_logprobs: list[TokenLogprob] = field(default_factory=list)  # by pick(), for the tokens not yet emitted
 
-    def pick(self, choose: Callable[[Any], int], logits: Any) -> list[int]:
-        """choose(logits) as a one-token list; on an exception, the sequence fails alone (returns [])."""
+    def pick(self, choose: Callable[[Any], int | tuple[int, TokenLogprob]], logits: Any) -> list[int]:
+        """choose(logits) as a one-token list (a sampler asked for logprobs returns (token, logprob): kept for the
+        event); on an exception, the sequence fails alone (returns [])."""
         try:
-            return [choose(logits)]
+            picked = choose(logits)
         except Exception as exc:
             log.warning("request %s: sampling failed: %s", self.req.request_id, exc)
             self.error = f"sampling failed: {exc}"
             return []
+        if isinstance(picked, tuple):
+            self.picked_logprobs.append(picked[1])
+            return [picked[0]]
+        return [picked]
 
 
 class Backend(Protocol):
@@ -284,7 +290,10 @@ class Scheduler:
                     self.metrics.itl.observe((now - seq.t_last) / len(out))
             seq.t_last = now
             self.metrics.generation_tokens.inc(len(out))
-            seq.req.emit(TokenEvent(out, seq.finish))
+            lps = None
+            if seq.req.params.logprobs is not None:  # one per picked token; the emitted ones are a prefix
+                lps, seq.picked_logprobs = seq.picked_logprobs[: len(out)], []
+            seq.req.emit(TokenEvent(out, seq.finish, logprobs=lps))
         self._retire()
 
     def _retire(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from inference_backend.runners.common.engine import SamplingParams
+from inference_backend.runners.common.engine import SamplingParams, TokenLogprob
 from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.scheduler import Sequence
 
@@ -22,12 +22,31 @@ KV = list[np.ndarray]  # flat [k0, v0, k1, v1, ...], each [batch, heads, seq, he
 
 
 class NumpySampler:
+    """Greedy or temperature/top-p sampling with an optional seed, after OpenAI's presence and frequency penalties;
+    with `logprobs`, the chosen token's logprob (from the raw logits) and the top alternatives."""
+
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         seed = None if params.seed is None else params.seed % 2**64
         self.rng = np.random.default_rng(seed) if params.temperature > 0 else None
+        self.penalized = params.presence_penalty != 0 or params.frequency_penalty != 0
+        self.counts: np.ndarray | None = None  # how often each token was generated (penalties only)
 
-    def __call__(self, logits: np.ndarray) -> int:
+    def __call__(self, logits: np.ndarray) -> int | tuple[int, TokenLogprob]:
+        raw = logits
+        if self.penalized:
+            if self.counts is None:
+                self.counts = np.zeros(logits.shape[-1], dtype=np.float32)
+            p, seen = self.params, self.counts > 0
+            logits = logits.astype(np.float32) - p.frequency_penalty * self.counts - p.presence_penalty * seen
+        tok = self._choose(logits)
+        if self.counts is not None:
+            self.counts[tok] += 1
+        if self.params.logprobs is None:
+            return tok
+        return tok, logprob_of(raw, tok, self.params.logprobs)
+
+    def _choose(self, logits: np.ndarray) -> int:
         if self.rng is None:
             return int(np.argmax(logits))
         z = logits.astype(np.float64) / self.params.temperature
@@ -40,6 +59,19 @@ class NumpySampler:
             mask[order[keep]] = 1.0
             p = p * mask / (p * mask).sum()
         return int(self.rng.choice(len(p), p=p))
+
+
+def logprob_of(logits: np.ndarray, tok: int, top: int) -> TokenLogprob:
+    """The model's log probability of `tok` and its `top` most likely tokens (from the raw logits)."""
+    z = logits.astype(np.float64)
+    lp = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
+    alts: list[tuple[int, float]] = []
+    if top > 0:
+        k = min(top, lp.shape[-1])
+        ids = np.argpartition(-lp, k - 1)[:k]
+        ids = ids[np.argsort(-lp[ids], kind="stable")]
+        alts = [(int(i), float(lp[i])) for i in ids]
+    return TokenLogprob(float(lp[tok]), alts)
 
 
 def slice_kv(kv: KV, n: int) -> KV:

@@ -70,7 +70,7 @@ class GenaiBackend:
             ids[r, : len(s.tokens)] = s.tokens
         gen = og.Generator(self.model, params)
         gen.append_tokens(ids)
-        group = Group(gen, list(seqs), width, max_length, all(s.req.params.temperature <= 0 for s in seqs))
+        group = Group(gen, list(seqs), width, max_length, all(s.req.params.plain_greedy for s in seqs))
         if group.greedy:
             gen.generate_next_token()
             group.length += 1

@@ -3,8 +3,9 @@
 Each sequence is prefilled on its own (optionally continuing from a prefix-cache hit; only the last position's
 logits are computed), then its KV is copied into a free row of the running batch's preallocated cache (slab.py),
 right-aligned; per-row position ids and a 2-D attention mask keep every row's math identical to running it alone,
-so greedy output does not depend on the batch. A decode step writes its keys and values in place. Greedy
-sequences with a draft model configured run speculative steps on their own (batch of one) caches instead.
+so greedy output does not depend on the batch. A decode step writes its keys and values in place. Plain greedy
+sequences (no penalties, no logprobs) with a draft model configured run speculative steps on their own (batch of
+one) caches instead.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class TorchBackend:
             seq.slot = Slot(sampler)
             kv, logits = self._prefill_one(seq.tokens)
             firsts.append(seq.pick(sampler, logits))
-            if self.draft is not None and sampler.greedy:
+            if self.draft is not None and sampler.plain_greedy:
                 target = kvh.from_list(kv, self.config)
                 dcache, _ = self._forward(self.draft, seq.tokens, 0, None, 1)
                 n = len(seq.tokens)
@@ -126,7 +127,7 @@ class TorchBackend:
             top = logits.argmax(-1).tolist()  # greedy rows: one argmax for the batch
             for i, s in enumerate(self.rows):
                 sampler = s.slot.sampler
-                out[id(s)] = [top[i]] if sampler.greedy else s.pick(sampler, logits[i])
+                out[id(s)] = [top[i]] if sampler.plain_greedy else s.pick(sampler, logits[i])
         for s in seqs:
             if s.slot.spec is not None:
                 out[id(s)] = self._spec_step_isolated(s)
