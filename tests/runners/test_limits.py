@@ -160,16 +160,17 @@ def test_disconnect_while_queued_cancels(stream: bool, models: dict[str, Path], 
     assert metric(srv.url, "vllm:request_success_total", finished_reason="abort") == 1
 
 
-def test_disconnect_mid_stream_stops_generation(models: dict[str, Path], start_server: Any) -> None:
+@pytest.mark.parametrize("n", [1, 3])
+def test_disconnect_mid_stream_stops_generation(n: int, models: dict[str, Path], start_server: Any) -> None:
     srv = start_server("pytorch", _flags(models["tiny"], "--threads", "1"))
-    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 500, "stream": True, "ignore_eos": True}
+    body = {"model": "tiny", "prompt": "the cat", "max_tokens": 500, "stream": True, "ignore_eos": True, "n": n}
     with httpx.stream("POST", srv.url + "/v1/completions", json=body, timeout=60) as r:
         for line in r.iter_lines():
             if '"text"' in line:
                 break  # the first tokens arrived: hang up
     _until(lambda: metric(srv.url, "vllm:num_requests_running") == 0, "the generation stops")
-    assert metric(srv.url, "vllm:request_success_total", finished_reason="abort") == 1
-    assert metric(srv.url, "vllm:generation_tokens_total") < 500
+    assert metric(srv.url, "vllm:request_success_total", finished_reason="abort") == n  # every choice
+    assert metric(srv.url, "vllm:generation_tokens_total") < 500 * n
 
 
 def test_sigterm_drains_then_cancels(models: dict[str, Path], start_server: Any) -> None:
