@@ -48,9 +48,11 @@ def olive_checkpoint(m: BenchModel, out: Path, bits: int, group: int = GROUP, la
     LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
                 num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
                 max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"],
-                quantization_config={"quant_method": "olive", "bits": bits, "group_size": group},
+                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
                 ).save_pretrained(out)  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "olive", "bits": bits, "group_size": group}
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     gen = torch.Generator().manual_seed(m.seed)
     kv = m.kv_heads * m.head_dim
     # |w| of a symmetric code is at most 2^(bits-1) steps: scales near init_range * 2.5 / 2^(bits-1) give weights
