@@ -9,7 +9,12 @@ Configurations (one at a time; each model is written, served, measured and delet
   package (bench/gguf_random.py), `-t THREADS -np 8 -c 5120` (8 slots of 640 tokens: 2.5 GiB of f16 KV);
 - pytorch-bf16: our PyTorch runner, `--dtype bfloat16 --threads THREADS`, on bench_model's `llama2-7b` preset
   (random weights made directly in bfloat16 and written shard by shard: about 13.5 GB on disk, one shard in memory;
-  the server then holds the 13.5 GB).
+  the server then holds the 13.5 GB);
+- onnx-int4, onnx-int8: our ONNX server (`--threads THREADS`, dynamic batching) on an onnxruntime-genai model of the
+  same preset built by genai's model builder (`-p int4|int8 -e cpu`) from a random checkpoint already quantized in
+  the Olive format, the builder's address space capped at --max-build-memory-gib (bench/genai_random.py says why:
+  from float weights the builder needs more than this machine's 24 GiB); the build's argv, seconds and peak RSS go
+  into the row.
 
 Each is measured over HTTP (/v1/completions with token-id prompts, `ignore_eos`), after one warm-up request:
 TTFT = the time of one request with a 512-token prompt and max_tokens 1; single-stream tokens/s = (GEN - 1) / (time
@@ -44,7 +49,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "cpu-7b.json"
 MODULE = ROOT / "operator" / "inference_backend" / "engines" / "profiles_7b.py"
 CONFIGS = {"llamacpp-q8_0": ("llamacpp", "q8_0"), "llamacpp-q4_k_m": ("llamacpp", "q4_k_m"),
-           "pytorch-bf16": ("pytorch", "bfloat16")}  # fmt: skip
+           "pytorch-bf16": ("pytorch", "bfloat16"), "onnx-int4": ("onnxruntime", "int4"),
+           "onnx-int8": ("onnxruntime", "int8")}  # fmt: skip
+BUILD = "ib-build.json"  # in a genai model directory: how genai_random.build made it
 PROMPT = 512
 VOCAB = 32000
 
@@ -108,8 +115,8 @@ def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: boo
         t = time.monotonic()
         _wait(url, proc, log)
         loaded = time.monotonic() - t
-        small_pytorch = small and "inference_backend.runners.pytorch" in argv
-        out = measure_server(url, proc.pid, gen, *((320, 128) if small_pytorch else (VOCAB, PROMPT)))
+        small_runner = small and any(a.startswith("inference_backend.runners.") for a in argv)
+        out = measure_server(url, proc.pid, gen, *((320, 128) if small_runner else (VOCAB, PROMPT)))
         out["loadSeconds"] = round(loaded, 1)
         return out
     finally:
@@ -121,10 +128,13 @@ def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: boo
             proc.wait()
 
 
-def _model(engine: str, weights: str, work: Path, small: bool) -> tuple[Path, int, float]:
+def _model(engine: str, weights: str, work: Path, small: bool, build_memory: int) -> tuple[Path, int, float]:
     """The model path, its parameters and weight bytes per parameter (``small``: a tiny shape, for a smoke test)."""
     from bench.bench_model import PRESETS
     from bench.gguf_random import LLAMA2_7B, SMALL, tensor_types
+
+    if engine == "onnxruntime":
+        return _genai_model(PRESETS["tiny" if small else "llama2-7b"], weights, work, build_memory)
 
     if engine == "llamacpp":
         shape = SMALL if small else LLAMA2_7B
@@ -141,6 +151,24 @@ def _model(engine: str, weights: str, work: Path, small: bool) -> tuple[Path, in
     if not (out / "model.safetensors.index.json").exists():
         bf16_checkpoint(preset, out)
     return out, preset.parameters(), 2.0
+
+
+def _genai_model(m: BenchModel, weights: str, work: Path, build_memory: int) -> tuple[Path, int, float]:
+    """genai_random's build of ``m`` in ``weights`` (int4/int8), reused when built before; bytes per parameter: the
+    ONNX files' size (scales, zero points and the float32 embedding included) over the parameters."""
+    from bench.genai_random import build, olive_checkpoint
+
+    out = work / f"{m.name}-genai-{weights}"
+    if not (out / BUILD).exists():
+        ckpt = work / f"{m.name}-olive-{weights}"
+        if not (ckpt / "model.safetensors.index.json").exists():
+            olive_checkpoint(m, ckpt, int(weights.removeprefix("int")))
+        info = build(ckpt, out, int(weights.removeprefix("int")), build_memory)
+        info["argv"] = [Path(a).name if a.startswith(str(work)) else a for a in info["argv"]]
+        (out / BUILD).write_text(json.dumps(info) + "\n")
+        subprocess.run(["rm", "-rf", str(ckpt)], check=True)
+    size = sum(f.stat().st_size for f in out.glob("model.onnx*"))
+    return out, m.parameters(), size / m.parameters()
 
 
 def bf16_checkpoint(m: BenchModel, out: Path, layers_per_shard: int = 4) -> None:
@@ -213,6 +241,14 @@ def _argv(engine: str, model: Path, threads: int) -> tuple[list[str], str]:
         argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", port, "-t", str(threads),
                 "-np", "8", "-c", "5120", "--alias", "m"]  # fmt: skip
         return argv, "llama-server " + version.splitlines()[0].removeprefix("version: ")
+    if engine == "onnxruntime":
+        import onnxruntime
+        import onnxruntime_genai
+
+        argv = [sys.executable, "-m", "inference_backend.runners.onnx", "--model", str(model), "--served-model-name",
+                "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads)]  # fmt: skip
+        versions = f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}"
+        return argv, f"inference-backend ONNX server, {versions}"
     import torch
 
     argv = [sys.executable, "-m", "inference_backend.runners.pytorch", "--model", str(model), "--served-model-name",
@@ -239,18 +275,28 @@ def _machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "memTotalGiB": round(mem / 2**20, 1)}
 
 
-def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, out: Path, small: bool
-            ) -> dict[str, Any]:  # fmt: skip
+def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, out: Path, small: bool,
+            build_memory: int = 17 * 2**30) -> dict[str, Any]:  # fmt: skip
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"rows": {}}
     result["machine"] = _machine()
     work.mkdir(parents=True, exist_ok=True)
     for name in configs:
         engine, weights = CONFIGS[name]
         t = time.monotonic()
-        model, params, bpp = _model(engine, weights, work, small)
+        try:
+            model, params, bpp = _model(engine, weights, work, small, build_memory)
+        except Exception as exc:  # e.g. genai's model builder past its memory cap: say so, go on with the others
+            row = {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}", "engine": engine, "weights": weights,
+                   "modelSeconds": round(time.monotonic() - t, 1),
+                   "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                   "command": "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])}  # fmt: skip
+            print(json.dumps(row), flush=True)
+            result["rows"][name] = row
+            out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+            continue
         made = time.monotonic() - t
         argv, version = _argv(engine, model, threads)
-        env = {"PYTHONPATH": str(ROOT / "operator")} if engine == "pytorch" else {}
+        env = {"PYTHONPATH": str(ROOT / "operator")} if engine != "llamacpp" else {}
         print(f">> {name}: {' '.join(argv)}", flush=True)
         load = Path("/proc/loadavg").read_text().split()[0]
         try:
@@ -265,6 +311,8 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
                 "argv": [a if a != str(model) else model.name for a in argv]}  # fmt: skip
         if engine == "llamacpp" and "error" not in row:
             row["llamaBench"] = _llama_bench(model, threads)
+        if (model / BUILD).exists():
+            row["build"] = json.loads((model / BUILD).read_text())
         print(json.dumps(row), flush=True)
         row["command"] = "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])
         result["rows"][name] = row
@@ -318,11 +366,14 @@ def main() -> int:
     m.add_argument("--keep", action="store_true", help="keep the models (else each is deleted after its run)")
     m.add_argument("--out", type=Path, default=RESULTS)
     m.add_argument("--small", action="store_true", help="tiny shapes instead of 7B: a smoke test of this script")
+    m.add_argument("--max-build-memory-gib", type=float, default=17.0,
+                   help="address-space cap of genai's model builder (onnx-*)")  # fmt: skip
     w = sub.add_parser("write")
     w.add_argument("--check", action="store_true")
     a = p.parse_args()
     if a.cmd == "measure":
-        measure(a.configs.split(","), a.work, a.threads, a.gen, a.keep, a.out, a.small)
+        memory = int(a.max_build_memory_gib * 2**30)
+        measure(a.configs.split(","), a.work, a.threads, a.gen, a.keep, a.out, a.small, memory)
         return 0
     text = render_module(derive(json.loads(RESULTS.read_text())))
     return write_or_check(MODULE, text, a.check, "python -m bench.profiles_7b write")

@@ -86,3 +86,19 @@ def test_the_decision_says_where_its_estimate_comes_from() -> None:
     assert (
         "nearest measured quantization: the 6.7B q8_0, 2 cores row (no q6_k row)" in line
     )  # 0.82 B/param: nearer q8_0
+
+
+def test_an_onnx_int4_or_int8_model_takes_the_onnx_servers_measured_row() -> None:
+    rows = card("onnxruntime").profiles["cpu"].measured
+    assert {r.weights for r in rows} >= {"int4"}
+    cpu = cluster(node("cpu", cpu="16", memory="64Gi"))
+    for row in rows:
+        d = select(spec(backend="onnxruntime", model={"uri": "s3://b/m.onnx", "parameters": "7B", "dtype": row.weights},
+                        hardware={"accelerator": "cpu"}), cpu, {})  # fmt: skip
+        line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
+        assert f"measured row (6.7B {row.weights}, 2 cores" in line and row.provenance in line
+        # same format: tokens/s follow the parameters (the row's real bytes per parameter, not int4's nominal 0.5)
+        assert d.estimate["ttftMillis"] == pytest.approx(row.ttft_ms * 7e9 / row.parameters * 2 / 16, rel=1e-3)
+        assert d.estimate["tokensPerSecond"] == pytest.approx(
+            row.tokens_per_second_8 * 16 / 2 * row.parameters / 7e9, abs=0.06
+        )

@@ -39,6 +39,20 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "weights": "q8_0"
         }
     ],
+    "onnxruntime": [
+        {
+            "bytes_per_param": 0.7062,
+            "cores": 2,
+            "parameters": 6738415616,
+            "peak_rss_gib": 7.34,
+            "prompt_tokens": 512,
+            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, int4); inference-backend ONNX server, onnxruntime 1.32.0, onnxruntime-genai 0.18.0; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4 --gen 16` (onnx-int4: -m inference_backend.runners.onnx --model ib-bench-llama2-7b-genai-int4 --served-model-name m --host 127.0.0.1 --port 51393 --threads 2); other work on the machine: 1-minute load average 3.03 before, 3.76 after",
+            "tokens_per_second_1": 3.763,
+            "tokens_per_second_8": 9.367,
+            "ttft_ms": 24987.6,
+            "weights": "int4"
+        }
+    ],
     "pytorch": [
         {
             "bytes_per_param": 2.0,

@@ -3,8 +3,9 @@
 In order of preference:
 
 1. a row measured at a real shape (7B) in the model's weight format (``Profile.measured``): TTFT scaled by the
-   rated parameters over the row's, tokens/s by the row's weight bytes over the model's, both by the node's cores
-   over the row's;
+   rated parameters over the row's, tokens/s by the row's parameters over the model's rated ones (same format, same
+   bytes per parameter: the row's are its files' real ones, scales and float embeddings included, which a nominal
+   figure such as int4's 0.5 leaves out), both by the node's cores over the row's;
 2. a measured row of another quantization of the same engine (quantized models only; the nearest in bytes per
    parameter): prefill runs the quantized kernels, not the reference format's, so its TTFT is the row's scaled by
    parameters, and decoding follows the weight bytes as in 1;
@@ -49,7 +50,10 @@ def estimate(profile: Profile, accelerator: str, placement: Placement, model: Re
     rated = model.rated_parameters
     speed = max(placement.hardware.cpu_millis / 1000, 1) / row.cores
     ttft = row.ttft_ms * (rated / row.parameters) / speed
-    bytes_ratio = (row.parameters * row.bytes_per_param) / max(weights * rated / model.parameters, 1.0)
+    if exact:
+        bytes_ratio = row.parameters / rated
+    else:
+        bytes_ratio = (row.parameters * row.bytes_per_param) / max(weights * rated / model.parameters, 1.0)
     tps = row.tokens_per_second_8 * speed * bytes_ratio
     shape = f"{row.parameters / 1e9:.1f}B {row.weights}, {row.cores} cores"
     if exact:
