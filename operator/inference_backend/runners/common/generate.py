@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 import uuid
@@ -16,6 +15,7 @@ from starlette.requests import Request
 
 from inference_backend.runners.common import errors
 from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, SamplingParams, TokenEvent
+from inference_backend.runners.common.handoff import Inbox
 from inference_backend.runners.common.limits import GREEDY_BELOW, TOP_P_GREEDY_BELOW
 from inference_backend.runners.common.prepare import Prepared
 from inference_backend.runners.common.state import State
@@ -25,15 +25,16 @@ from inference_backend.runners.common.textstream import TextStream
 class Submitted:
     """A request handed to the engine; its TokenEvents arrive on the event loop. close() cancels it."""
 
-    def __init__(self, prep: Prepared, params: SamplingParams, deadline: float | None, timeout_s: float) -> None:
+    def __init__(self, prep: Prepared, params: SamplingParams, deadline: float | None, timeout_s: float,
+                 eager: bool = True) -> None:  # fmt: skip
+        """eager: wake for every event (streaming, stop strings); else only for the last (common/handoff.py)."""
         loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[TokenEvent | None] = asyncio.Queue()
+        self.inbox = Inbox(eager)
         self.timeout_s = timeout_s
         self.done = False  # the engine sent the last event
 
         def emit(ev: TokenEvent) -> None:
-            with contextlib.suppress(RuntimeError):  # event loop gone (shutdown)
-                loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+            self.inbox.put(ev, last=ev.finish_reason is not None)
 
         self.req = GenRequest(uuid.uuid4().hex, prep.ids, params, emit)
         self.engine = prep.loaded.engine
@@ -47,19 +48,19 @@ class Submitted:
 
     def _expire(self) -> None:
         self.engine.cancel(self.req)
-        self.queue.put_nowait(None)
+        self.inbox.put_here(None)
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """TokenEvents up to the last; raises errors.timed_out past the deadline."""
         while True:
-            ev = await self.queue.get()
-            if ev is None:
-                raise errors.timed_out(self.timeout_s)
-            if ev.finish_reason is not None:
-                self.done = True
-            yield ev
-            if self.done:
-                return
+            for ev in await self.inbox.take():
+                if ev is None:
+                    raise errors.timed_out(self.timeout_s)
+                if ev.finish_reason is not None:
+                    self.done = True
+                yield ev
+                if self.done:
+                    return
 
     def close(self) -> None:
         """Done, failed or abandoned: the engine drops the request if it still runs."""
@@ -84,9 +85,10 @@ async def generate(state: State, prep: Prepared, request: Request, started: floa
     temp = 0.0 if greedy else body.temperature
     params = SamplingParams(prep.max_tokens, temp, body.top_p, body.seed, body.ignore_eos)
     timeout = state.limits.request_timeout_s
-    sub = Submitted(prep, params, started + timeout if timeout > 0 else None, timeout)
+    eager = body.stream or bool(body.stop_list())  # a whole reply without stop strings needs only the last event
+    sub = Submitted(prep, params, started + timeout if timeout > 0 else None, timeout, eager)
     rid = ("chatcmpl-" if prep.chat else "cmpl-") + sub.req.request_id
-    text = TextStream(prep.loaded.tokenizer, body.stop_list())
+    text = TextStream(prep.loaded.tokenizer, body.stop_list(), lazy=not body.stream)
     base = {"id": rid, "created": int(time.time()), "model": state.served_model_name}
     if body.stream:
         return StreamingResponse(_sse(sub, text, base, prep), media_type="text/event-stream")
