@@ -7,8 +7,10 @@ fp32 by genai's model builder): at batch / concurrency 1, 8 and 16, tokens/s of
   loop    the plain onnxruntime-genai loop: one og.Generator holding the N prompts (no HTTP, no scheduler),
           generate_next_token until every row has --tokens tokens (min_length keeps eos from ending rows early);
   server  our ONNX server over HTTP, N concurrent non-streaming completions of the same prompts (ignore_eos), in
-          each batching mode;
-and the ratio server / loop of the best mode. Same prompts (equal lengths: no padding on either side), same
+          each batching mode, from a lean client (http.client; its connections and threads are set up before the
+          clock starts, as a client's connection pool would be);
+and the ratio server / loop of the best mode, and each side's CPU time per token (all its threads; it moves less
+than tokens/s when other jobs share the machine). Same prompts (equal lengths: no padding on either side), same
 thread count (--threads, default: all cores). Each figure is the median of --rounds rounds after one warm-up
 round; the rounds of the loop and of the servers alternate, so a shared machine's load falls on all alike.
 --profile DIR records the dynamic server through the concurrency-16 rounds with py-spy (raw folded stacks,
@@ -18,6 +20,7 @@ DIR/server-c16.txt; idle while the others run) and prints the top frames. Prints
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import random
@@ -25,18 +28,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
 from ib_testkit.genai_models import build_genai
 from ib_testkit.runners import Server, free_port
 
+from bench import procstats
 from bench.bench_model import PRESETS, make_safetensors
 
 CONCURRENCY = (1, 8, 16)
@@ -65,37 +68,67 @@ def loop_seconds(model: Any, batch: list[list[int]], tokens: int) -> float:
 
 
 def server_seconds(url: str, batch: list[list[int]], tokens: int) -> float:
-    body = {"model": "bench", "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
-    with httpx.Client(limits=httpx.Limits(max_connections=len(batch))) as c:
+    """N concurrent completions, one per prompt, from a lean client: the stdlib's http.client, one kept-alive
+    connection and one thread per request, all set up before the clock starts and released together. The client
+    runs on the server's cores; httpx's per-request work (and its thread pool started inside the timed region)
+    cost the server about 5% of tokens/s at N=16 here."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    conns = [http.client.HTTPConnection(host, int(port), timeout=600) for _ in batch]
+    base = {"model": "bench", "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+    bodies = [json.dumps({**base, "prompt": prompt}).encode() for prompt in batch]
+    go = threading.Event()
+    ends: list[float] = []
+    replies: list[dict[str, Any]] = []
 
-        def one(prompt: list[int]) -> None:
-            r = c.post(url + "/v1/completions", json={**body, "prompt": prompt}, timeout=600).json()
-            assert r["usage"]["completion_tokens"] == tokens, r
+    def one(conn: http.client.HTTPConnection, body: bytes) -> None:
+        go.wait()
+        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        replies.append(json.loads(conn.getresponse().read()))
+        ends.append(time.perf_counter())
 
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(len(batch)) as pool:
-            list(pool.map(one, batch))
-        return time.perf_counter() - t0
+    for conn in conns:
+        conn.connect()
+    threads = [threading.Thread(target=one, args=pair) for pair in zip(conns, bodies, strict=True)]
+    for t in threads:
+        t.start()
+    time.sleep(0.01)  # every thread waits on `go`
+    t0 = time.perf_counter()
+    go.set()
+    for t in threads:
+        t.join()
+    for conn in conns:
+        conn.close()
+    for r in replies:
+        assert r.get("usage", {}).get("completion_tokens") == tokens, r
+    assert len(replies) == len(batch), "a request failed (its thread's traceback is above)"
+    return max(ends) - t0
 
 
 def measure(model: Any, servers: dict[str, Server], batch: list[list[int]], a: argparse.Namespace) -> dict[str, float]:
     """tokens/s of the loop and of each server on `batch`: rounds interleaved (loop, then each mode), so that the
-    load of a shared machine falls on all of them alike; the median round of each after one warm-up round."""
+    load of a shared machine falls on all of them alike; the median round of each after one warm-up round. Also,
+    as "<name> cpu", the median CPU ms per token (all threads: the loop's process, or the server's)."""
     runs: dict[str, Callable[[], float]] = {"loop": partial(loop_seconds, model, batch, a.tokens)}
     runs.update({m: partial(server_seconds, srv.url, batch, a.tokens) for m, srv in servers.items()})
+    cpu_of: dict[str, Callable[[], float]] = {"loop": time.process_time}
+    cpu_of.update({m: partial(procstats.tree_cpu_seconds, srv.proc.pid) for m, srv in servers.items()})
     times: dict[str, list[float]] = {k: [] for k in runs}
+    cpus: dict[str, list[float]] = {k: [] for k in runs}
     spy = None
     if a.profile is not None and len(batch) == 16:
         a.profile.mkdir(parents=True, exist_ok=True)
         spy = profile(servers[MODES[0]].proc.pid, 30, a.profile / "server-c16.txt")
     for r in range(a.rounds + 1):
         for k, run in runs.items():
+            cpu0 = cpu_of[k]()
             seconds = run()
             if r:
                 times[k].append(seconds)
+                cpus[k].append(1000 * (cpu_of[k]() - cpu0) / (len(batch) * a.tokens))
     if spy is not None:
         spy.wait()
-    return {k: len(batch) * a.tokens / statistics.median(v) for k, v in times.items()}
+    rates = {k: len(batch) * a.tokens / statistics.median(v) for k, v in times.items()}
+    return rates | {f"{k} cpu": statistics.median(v) for k, v in cpus.items()}
 
 
 def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
@@ -149,11 +182,14 @@ def collect(a: argparse.Namespace) -> dict[int, dict[str, float]]:
 
 
 def table(rates: dict[int, dict[str, float]]) -> str:
-    lines = [f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES) + "  best/loop"]
+    """tok/s, best/loop, and CPU ms per token (loop / each mode)."""
+    head = f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES)
+    lines = [f"{head}  best/loop  CPU ms/tok " + " / ".join(("loop", *MODES))]
     for n, r in rates.items():
         best = max(r[m] for m in MODES)
         cols = " ".join(f"{r[m]:15.1f}" for m in MODES)
-        lines.append(f"{n:3d} {r['loop']:11.1f} {cols}  {best / r['loop']:.2f}x")
+        cpu = " / ".join(f"{r[k + ' cpu']:.2f}" for k in ("loop", *MODES))
+        lines.append(f"{n:3d} {r['loop']:11.1f} {cols}  {best / r['loop']:8.2f}x  {cpu}")
     return "\n".join(lines)
 
 

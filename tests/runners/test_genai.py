@@ -58,6 +58,7 @@ def test_fp32_greedy_matches_generate(flags: list[str], models: dict[str, Path],
         assert reply["choices"][0]["finish_reason"] == ("stop" if stopped else "length")
     assert metric(srv.url, "vllm:request_success_total") == 32
     assert metric(srv.url, "vllm:num_requests_running") == 0
+    assert "LM head: last position only" in srv.log.read_text()  # these tokens came from the rewritten graph
     assert metric(srv.url, "vllm:prefix_cache_queries_total") == 0  # no prefix cache on this path (logged)
     if "--enable-prefix-caching" in flags:
         assert "not available for onnxruntime-genai models" in srv.log.read_text()

@@ -163,7 +163,7 @@ def add_common_flags(parser: argparse.ArgumentParser, batching_modes: tuple[str,
         type=float,
         default=10.0,
         metavar="N",
-        help="static: max wait for a full batch; dynamic: collection window after the first arrival (10)",
+        help="static: max wait for a full batch; dynamic: collection window, restarted at each arrival (10)",
     )
     sched.add_argument(
         "--kv-cache-memory-fraction",

@@ -4,7 +4,6 @@ deadline, client disconnects (cancel the generation), the JSON or SSE reply with
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 import uuid
@@ -16,6 +15,7 @@ from starlette.requests import Request
 
 from inference_backend.runners.common import errors
 from inference_backend.runners.common.engine import EngineUnavailable, GenRequest, QueueFull, SamplingParams, TokenEvent
+from inference_backend.runners.common.handoff import Inbox
 from inference_backend.runners.common.limits import GREEDY_BELOW, TOP_P_GREEDY_BELOW
 from inference_backend.runners.common.logprobs import LogprobFormat
 from inference_backend.runners.common.prepare import Prepared
@@ -25,11 +25,15 @@ from inference_backend.runners.common.textstream import TextStream
 
 class Submitted:
     """A request's choices handed to the engine, one GenRequest each; their TokenEvents arrive on the event loop
-    as (choice index, event). close() cancels what still runs."""
+    as (choice index, event). close() cancels what still runs.
 
-    def __init__(self, prep: Prepared, params: list[SamplingParams], deadline: float | None, timeout_s: float) -> None:
+    eager: wake for every event (streaming, stop strings); else only for each choice's last (common/handoff.py)."""
+
+    def __init__(
+        self, prep: Prepared, params: list[SamplingParams], deadline: float | None, timeout_s: float, eager: bool
+    ) -> None:
         loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[int, TokenEvent] | None] = asyncio.Queue()
+        self.inbox = Inbox(eager)
         self.timeout_s = timeout_s
         self.request_id = uuid.uuid4().hex
         self.engine = prep.loaded.engine
@@ -39,8 +43,7 @@ class Submitted:
 
         def emitter(index: int) -> Any:
             def emit(ev: TokenEvent) -> None:
-                with contextlib.suppress(RuntimeError):  # event loop gone (shutdown)
-                    loop.call_soon_threadsafe(self.queue.put_nowait, (index, ev))
+                self.inbox.put((index, ev), last=ev.finish_reason is not None)
 
             return emit
 
@@ -61,20 +64,20 @@ class Submitted:
 
     def _expire(self) -> None:
         self.cancel()
-        self.queue.put_nowait(None)
+        self.inbox.put_here(None)
 
     async def events(self) -> AsyncIterator[tuple[int, TokenEvent]]:
         """(choice, TokenEvent) until every choice's last; raises errors.timed_out past the deadline."""
         while self.open:
-            item = await self.queue.get()
-            if item is None:
-                raise errors.timed_out(self.timeout_s)
-            index, ev = item
-            if index not in self.open:
-                continue  # that choice was ended early (a stop string)
-            if ev.finish_reason is not None:
-                self.open.discard(index)
-            yield index, ev
+            for item in await self.inbox.take():
+                if item is None:
+                    raise errors.timed_out(self.timeout_s)
+                index, ev = item
+                if index not in self.open:
+                    continue  # that choice was ended early (a stop string)
+                if ev.finish_reason is not None:
+                    self.open.discard(index)
+                yield index, ev
 
     def end(self, index: int) -> None:
         """This choice is complete (its text hit a stop string): the engine drops its generation."""
@@ -100,7 +103,7 @@ class Choice:
 
     def __init__(self, index: int, prep: Prepared) -> None:
         self.index = index
-        self.text = TextStream(prep.loaded.tokenizer, prep.body.stop_list())
+        self.text = TextStream(prep.loaded.tokenizer, prep.body.stop_list(), lazy=not prep.body.stream)
         self.ids: list[int] = []
         self.pieces: list[str] = []
         self.finish = "stop"
@@ -155,7 +158,8 @@ def _params(prep: Prepared) -> list[SamplingParams]:
 
 async def generate(state: State, prep: Prepared, request: Request, started: float) -> Response:
     timeout = state.limits.request_timeout_s
-    sub = Submitted(prep, _params(prep), started + timeout if timeout > 0 else None, timeout)
+    eager = prep.body.stream or bool(prep.body.stop_list())  # a whole reply without stop strings: the last events
+    sub = Submitted(prep, _params(prep), started + timeout if timeout > 0 else None, timeout, eager)
     rid = ("chatcmpl-" if prep.chat else "cmpl-") + sub.request_id
     base = {"id": rid, "created": int(time.time()), "model": state.served_model_name}
     if prep.body.stream:

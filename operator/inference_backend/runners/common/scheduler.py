@@ -3,9 +3,11 @@
 One engine thread owns the model. Policies:
   static     - wait until --max-batch-size requests are queued (or the oldest waited --max-wait-ms), run that
                batch to completion; nothing joins a running batch.
-  dynamic    - once the first request of a batch arrives, collect for --max-wait-ms (or until
-               --max-batch-size / --max-batch-tokens is reached), run to completion; when the previous
-               batch ran longer than the window, the next one starts at once with what is queued.
+  dynamic    - once the first request of a batch arrives, collect until --max-wait-ms pass with no new
+               arrival (the window restarts at each arrival, so a burst that takes longer than the window to
+               come in is one batch, not two), the first has waited DYNAMIC_HOLD_CAP x --max-wait-ms, or
+               --max-batch-size / --max-batch-tokens is reached; run to completion. Requests that queued while
+               the previous batch ran start at once.
   continuous - at every decode step, finished sequences leave and queued ones are prefilled and join.
 Admission: a request reserves prompt + max_tokens KV tokens; it waits while the reservation would exceed the
 KV budget (--kv-cache-memory-fraction).
@@ -31,6 +33,7 @@ from inference_backend.runners.common.engine import EngineUnavailable, GenReques
 from inference_backend.runners.common.metrics import Metrics
 
 log = logging.getLogger(__name__)
+DYNAMIC_HOLD_CAP = 4  # dynamic: a steady trickle holds the first request at most this many windows
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.reserved = 0
         self.fatal: str | None = None  # set when the device broke: the engine serves no more
+        self._free_since = 0.0  # when the last batch ended (static/dynamic): requests older than this waited it out
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
@@ -158,6 +162,8 @@ class Scheduler:
             except Exception as exc:  # not one request's fault (a bug, OOM): fail the running batch, go on
                 log.exception("engine step failed")
                 self._fail_running(f"engine step failed: {exc}")
+            if not self.running:
+                self._free_since = time.monotonic()
             if self.fatal is not None:
                 self._fail_everything()
                 return
@@ -184,13 +190,16 @@ class Scheduler:
                 elif self.running:
                     return []  # static/dynamic: nothing joins a running batch
                 elif self.waiting:
-                    age = time.monotonic() - self.waiting[0].arrival
-                    full = len(self.waiting) >= self.max_batch_size
-                    if self.policy == "dynamic" and not full:
-                        full = self._queued_tokens() >= self.max_batch_tokens
-                    if full or age >= self.max_wait:
+                    now, first = time.monotonic(), self.waiting[0].arrival
+                    ready = len(self.waiting) >= self.max_batch_size
+                    if self.policy == "dynamic":
+                        ready = ready or first < self._free_since or self._queued_tokens() >= self.max_batch_tokens
+                        until = min(self.waiting[-1].arrival + self.max_wait, first + DYNAMIC_HOLD_CAP * self.max_wait)
+                    else:
+                        until = first + self.max_wait
+                    if ready or now >= until:
                         return self._take(self.max_batch_size)
-                    self._cond.wait(timeout=self.max_wait - age)
+                    self._cond.wait(timeout=until - now)
                     continue
                 self._cond.wait(timeout=1.0)
 

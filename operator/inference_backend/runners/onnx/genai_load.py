@@ -14,6 +14,7 @@ from inference_backend.runners.common.memory import kv_budget_tokens, kv_bytes_p
 from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.server import Loaded, start_scheduler
 from inference_backend.runners.onnx.genai import GenaiBackend, read_config
+from inference_backend.runners.onnx.genai_graph import last_position_head
 from inference_backend.runners.onnx.runner import device_memory, eos_token_ids, pick_providers
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,11 @@ def load_genai(args: Any, metrics: Metrics) -> Loaded:
         cfg.append_provider("cuda")
     if args.threads:
         cfg.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": args.threads}}}}))
+    names = decoder["inputs"].get("attention_mask", "attention_mask"), decoder["outputs"].get("logits", "logits")
+    head = last_position_head(model_dir / decoder["filename"], *names)
+    if head is not None:  # the graph in memory; its weights still come from the model directory
+        cfg.add_model_data(decoder["filename"], head)
+    log.info("LM head: %s", "last position only" if head is not None else "every position (graph as it ships)")
     model = og.Model(cfg)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
