@@ -60,7 +60,7 @@ class GenRequest:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
-    # Called from the engine thread; the HTTP front makes it thread-safe (call_soon_threadsafe).
+    # Called from the engine thread; the HTTP front hands the event to its request's Inbox (common/handoff.py).
     emit: Callable[[TokenEvent], None]
     arrival: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
