@@ -44,12 +44,12 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "bytes_per_param": 0.7062,
             "cores": 2,
             "parameters": 6738415616,
-            "peak_rss_gib": 7.34,
+            "peak_rss_gib": 7.29,
             "prompt_tokens": 512,
-            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, int4); inference-backend ONNX server, onnxruntime 1.32.0, onnxruntime-genai 0.18.0; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4 --gen 16` (onnx-int4: -m inference_backend.runners.onnx --model ib-bench-llama2-7b-genai-int4 --served-model-name m --host 127.0.0.1 --port 51393 --threads 2); other work on the machine: 1-minute load average 3.03 before, 3.76 after",
-            "tokens_per_second_1": 3.763,
-            "tokens_per_second_8": 9.367,
-            "ttft_ms": 24987.6,
+            "provenance": "measured: AMD EPYC, 2 threads; random Llama-2-7B shape (6.74B, int4); inference-backend ONNX server, onnxruntime 1.32.0, onnxruntime-genai 0.18.0; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4 --gen 16` (onnx-int4: -m inference_backend.runners.onnx --model ib-bench-llama2-7b-genai-int4 --served-model-name m --host 127.0.0.1 --port 54467 --threads 2); other work on the machine: 1-minute load average 0.69 before, 1.33 after",
+            "tokens_per_second_1": 11.255,
+            "tokens_per_second_8": 18.25,
+            "ttft_ms": 13921.0,
             "weights": "int4"
         }
     ],
