@@ -138,6 +138,20 @@ def make_tokenizer(out: Path, vocab: int) -> int:
     return len(fast)
 
 
+def llama_skeleton(m: BenchModel, out: Path) -> None:
+    """The tokenizer and a bfloat16 LlamaForCausalLM config.json of `m` in `out` (no weights): the part of a
+    checkpoint that the shard-by-shard writers (bench/profiles_7b.py, bench/genai_random.py) share."""
+    from transformers import LlamaConfig
+
+    out.mkdir(parents=True, exist_ok=True)
+    make_tokenizer(out, m.vocab)
+    LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
+                num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
+                max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
+                ).save_pretrained(out)  # fmt: skip
+
+
 def make_safetensors(m: BenchModel, out: Path, device: str = "cpu") -> Path:
     """Write the random LlamaForCausalLM (``m.dtype``) and its tokenizer to ``out``; reuse a complete one."""
     import torch

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_model import PRESETS, BenchModel, make_tokenizer
+from bench.bench_model import PRESETS, BenchModel, llama_skeleton
 
 GROUP = 32  # the builder's default MatMulNBits block size for -p int4 / int8
 
@@ -39,17 +39,10 @@ def olive_checkpoint(m: BenchModel, out: Path, bits: int, group: int = GROUP, la
     """A random LlamaForCausalLM checkpoint already quantized to ``bits`` in the Olive format, shard by shard."""
     import torch
     from safetensors.torch import save_file
-    from transformers import LlamaConfig
 
     if bits not in (4, 8):
         raise ValueError(f"bits must be 4 or 8, not {bits}")
-    out.mkdir(parents=True, exist_ok=True)
-    make_tokenizer(out, m.vocab)
-    LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
-                num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
-                max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
-                ).save_pretrained(out)  # fmt: skip
+    llama_skeleton(m, out)
     config = json.loads((out / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "olive", "bits": bits, "group_size": group}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")

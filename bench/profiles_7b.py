@@ -42,7 +42,7 @@ from ib_testkit import free_port
 from ib_testkit.llama_server import llama_cpp_source, llama_server_bin
 
 from bench import procstats
-from bench.bench_model import BenchModel
+from bench.bench_model import BenchModel, llama_skeleton
 from bench.profiles import write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -176,17 +176,8 @@ def bf16_checkpoint(m: BenchModel, out: Path, layers_per_shard: int = 4) -> None
     with bench_model's tokenizer and config."""
     import torch
     from safetensors.torch import save_file
-    from transformers import LlamaConfig
 
-    from bench.bench_model import make_tokenizer
-
-    out.mkdir(parents=True, exist_ok=True)
-    make_tokenizer(out, m.vocab)
-    LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
-                num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
-                max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
-                ).save_pretrained(out)  # fmt: skip
+    llama_skeleton(m, out)
     gen = torch.Generator().manual_seed(m.seed)
     kv = m.kv_heads * m.head_dim
 
