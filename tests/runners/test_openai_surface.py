@@ -33,7 +33,6 @@ COMPLETIONS_REFUSED = [
     ("logit_bias", {"5": 10}),
     ("best_of", 2),
     ("suffix", "end"),
-    ("top_k", 5),
     ("guided_json", {"type": "object"}),
 ]
 CHAT_REFUSED = [

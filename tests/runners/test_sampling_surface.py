@@ -7,6 +7,8 @@ speculative), our ONNX export and an onnxruntime-genai model:
 - presence and frequency penalties: greedy tokens equal a reference greedy loop applying OpenAI's formula
   (logit -= frequency * count + presence * (count > 0), over generated tokens), while plain greedy requests in the
   same batch still get exactly their reference tokens;
+- top_k and min_p (vLLM's): every sampled token is among the k likeliest / at least min_p x the likeliest one's
+  probability (top_k 1 and min_p 1 are greedy);
 - n > 1: n choices, indices 0..n-1, choice i equal to the same request with n = 1 and seed + i, usage summed,
   streamed choices equal the whole ones.
 """
@@ -112,6 +114,24 @@ def test_sampled_logprobs_are_those_of_the_sampled_tokens(server: Any, hf: Any) 
     ref = _logprobs(hf, PROMPT + ids, len(PROMPT))
     assert lp["token_logprobs"] == pytest.approx([float(ref[i, t]) for i, t in enumerate(ids)], abs=ATOL)
     assert all(list(d) == [lp["tokens"][i]] for i, d in enumerate(lp["top_logprobs"]))  # logprobs 0: itself only
+
+
+def test_top_k_and_min_p_keep_the_sampled_tokens_among_the_likeliest(server: Any, hf: Any) -> None:
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 2.0, "ignore_eos": True, "return_token_ids": True}
+    for extra, check in [({"top_k": 3}, "top3"), ({"min_p": 0.3}, "min_p"), ({"top_k": 1}, "greedy"),
+                         ({"min_p": 1.0}, "greedy")]:  # fmt: skip
+        for seed in (1, 2):
+            ids = _post(server, "/v1/completions", {**body, **extra, "seed": seed})["choices"][0]["token_ids"]
+            probs = (_logprobs(hf, PROMPT + ids, len(PROMPT)) / 2.0).softmax(-1)  # at temperature 2, as sampled
+            for i, t in enumerate(ids):  # each token, given the (sampled) tokens before it
+                if check == "top3":
+                    assert t in probs[i].topk(3).indices.tolist(), (extra, i)
+                elif check == "min_p":
+                    assert probs[i, t] >= 0.3 * probs[i].max() - 1e-4, (extra, i)
+                else:
+                    assert t == int(probs[i].argmax()), (extra, i)
+    wide = {_post(server, "/v1/completions", {**body, "seed": s})["choices"][0]["text"] for s in (1, 2, 3)}
+    assert len(wide) > 1, "plain sampling at temperature 2 should vary with the seed"
 
 
 def test_chat_logprobs_with_the_official_client_streamed_and_whole(server: Any, hf: Any) -> None:

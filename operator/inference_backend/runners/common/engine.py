@@ -19,6 +19,8 @@ class SamplingParams:
     # OpenAI's penalties, over this request's generated tokens (as vLLM): logit -= frequency * count + presence * seen
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    top_k: int = 0  # vLLM's: sample among the k likeliest tokens only; 0: all
+    min_p: float = 0.0  # vLLM's: drop tokens less likely than min_p x the likeliest one's probability
     logprobs: int | None = None  # per token, the chosen token's logprob and this many top alternatives; None: none
 
     @property

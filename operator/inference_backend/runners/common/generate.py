@@ -150,6 +150,8 @@ def _params(prep: Prepared) -> list[SamplingParams]:
             body.ignore_eos,
             body.presence_penalty,
             body.frequency_penalty,
+            max(body.top_k, 0),
+            body.min_p,
             prep.logprobs,
         )
         for i in range(prep.n)

@@ -34,8 +34,6 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "prediction": _none_or(),
     "web_search_options": _none_or(),
     "reasoning_effort": _none_or(),
-    "top_k": _none_or(-1, 0),
-    "min_p": _none_or(0, 0.0),
     "guided_json": _none_or(),
     "guided_regex": _none_or(),
     "guided_choice": _none_or(),

@@ -31,6 +31,9 @@ class _Base(BaseModel):
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    # vLLM extensions (sampling only: greedy ignores them). top_k -1 or 0: off.
+    top_k: int = Field(default=-1, ge=-1)
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     # vLLM extensions.
     ignore_eos: bool = False
     return_token_ids: bool = False

@@ -22,8 +22,8 @@ KV = list[np.ndarray]  # flat [k0, v0, k1, v1, ...], each [batch, heads, seq, he
 
 
 class NumpySampler:
-    """Greedy or temperature/top-p sampling with an optional seed, after OpenAI's presence and frequency penalties;
-    with `logprobs`, the chosen token's logprob (from the raw logits) and the top alternatives."""
+    """Greedy or temperature/top-k/min-p/top-p sampling with an optional seed, after OpenAI's presence and frequency
+    penalties; with `logprobs`, the chosen token's logprob (from the raw logits) and the top alternatives."""
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
@@ -51,6 +51,11 @@ class NumpySampler:
             return int(np.argmax(logits))
         z = logits.astype(np.float64) / self.params.temperature
         p = np.exp(z - z.max())
+        p /= p.sum()
+        if 0 < self.params.top_k < len(p):
+            p = np.where(p >= np.partition(p, -self.params.top_k)[-self.params.top_k], p, 0.0)
+        if self.params.min_p > 0:
+            p = np.where(p >= self.params.min_p * p.max(), p, 0.0)
         p /= p.sum()
         if self.params.top_p < 1.0:
             order = np.argsort(-p)

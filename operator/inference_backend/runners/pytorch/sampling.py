@@ -1,5 +1,6 @@
-"""Per-request token choice: greedy (temperature 0) or temperature/top-p sampling with an optional seed, after
-OpenAI's presence and frequency penalties; with `logprobs`, the chosen token's logprob and the top alternatives."""
+"""Per-request token choice: greedy (temperature 0) or temperature/top-k/min-p/top-p sampling with an optional
+seed, after OpenAI's presence and frequency penalties; with `logprobs`, the chosen token's logprob and the top
+alternatives."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ class Sampler:
         if self.generator is None:
             return int(torch.argmax(logits).item())
         probs = torch.softmax(logits.float() / self.params.temperature, dim=-1)
+        if 0 < self.params.top_k < probs.shape[-1]:
+            kth = torch.topk(probs, self.params.top_k).values[-1]
+            probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+        if self.params.min_p > 0:
+            probs = torch.where(probs >= self.params.min_p * probs.max(), probs, torch.zeros_like(probs))
+        probs = probs / probs.sum()
         if self.params.top_p < 1.0:
             sorted_p, order = torch.sort(probs, descending=True)
             keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < self.params.top_p
