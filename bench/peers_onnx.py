@@ -43,7 +43,9 @@ from bench import procstats
 from bench.bench_model import PRESETS, make_safetensors
 
 CONCURRENCY = (1, 8, 16)
-MODES = ("dynamic", "static")
+# our server's configurations: the batching mode with onnxruntime running the model (gqa.py, the CPU default), and
+# genai-dynamic: dynamic batching with genai's Generator running it (genai.py, --genai-runtime genai)
+MODES = ("continuous", "dynamic", "static", "genai-dynamic")
 
 
 def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -169,8 +171,9 @@ def collect(a: argparse.Namespace) -> dict[int, dict[str, float]]:
     try:
         for mode in MODES:
             flags = ["--model", str(genai), "--served-model-name", "bench", "--host", "127.0.0.1",
-                     "--port", str(free_port()), "--batching", mode, "--max-batch-size", "16", "--max-wait-ms", "20",
-                     "--threads", str(a.threads), "--log-level", "warning"]  # fmt: skip
+                     "--port", str(free_port()), "--batching", mode.removeprefix("genai-"), "--max-batch-size", "16",
+                     "--max-wait-ms", "20", "--threads", str(a.threads), "--log-level", "warning",
+                     "--genai-runtime", "genai" if mode.startswith("genai-") else "onnxruntime"]  # fmt: skip
             servers[mode] = Server("onnx", flags, logs / f"server-{mode}.log")
         for srv in servers.values():
             srv.wait_ready()
@@ -183,7 +186,7 @@ def collect(a: argparse.Namespace) -> dict[int, dict[str, float]]:
 
 def table(rates: dict[int, dict[str, float]]) -> str:
     """tok/s, best/loop, and CPU ms per token (loop / each mode)."""
-    head = f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m + ' tok/s':>15}" for m in MODES)
+    head = f"{'N':>3} {'loop tok/s':>11} " + " ".join(f"{m:>15}" for m in MODES)
     lines = [f"{head}  best/loop  CPU ms/tok " + " / ".join(("loop", *MODES))]
     for n, r in rates.items():
         best = max(r[m] for m in MODES)

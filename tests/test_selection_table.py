@@ -145,7 +145,7 @@ CASES = [
          batching="dynamic"),
     Case("onnx-prefix-cache-says-which-format", m(model=m(uri="s3://b/m.onnx", parameters="1B"),
                                                   prefixCache=m(enabled=True)), CPU, "onnxruntime",
-         reason="prefix cache: on (our exporter's ONNX format only: an onnxruntime-genai format model"),
+         reason="prefix cache: on (on a GPU, our exporter's ONNX format only: there onnxruntime-genai's Generator"),
     Case("maxwait-ignored-continuous", m(model=m(modelRef="llama-3-1-8b"), batching=m(maxWaitMillis=5)), MIXED, "vllm",
          unsupported="maxWaitMillis"),
     # --- speculative decoding

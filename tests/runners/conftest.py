@@ -93,6 +93,24 @@ def reference(models: dict[str, Path]) -> Any:
 
 
 @pytest.fixture(scope="session")
+def no_eos(models: dict[str, Path]) -> Any:
+    """greedy(prompt, n) -> n tokens of transformers' generate that does not stop at eos (ignore_eos)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(models["tiny"], dtype=torch.float32).eval()
+
+    def greedy(prompt: list[int], n: int) -> list[int]:
+        ids = torch.tensor([prompt])
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                                 min_new_tokens=n, eos_token_id=None)  # fmt: skip
+        return list(out[0, len(prompt) :].tolist())
+
+    return greedy
+
+
+@pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """start_server(kind, [args without --host/--port]) -> ready Server; all stopped at session end."""
     from ib_testkit.runners import Server  # httpx: only where the heavy modules are (see MISSING)

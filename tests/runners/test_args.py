@@ -43,9 +43,10 @@ def test_defaults_and_choices() -> None:
         p.prepack_weights and not pytorch_parser().parse_args(["--model", "m", "--no-prepack-weights"]).prepack_weights
     )
     o = onnx_parser().parse_args(["--model", "m", "--enable-prefix-caching"])
-    assert (o.port, o.batching, o.enable_prefix_caching) == (8000, "dynamic", True)
+    assert (o.port, o.batching, o.enable_prefix_caching, o.genai_runtime) == (8000, "dynamic", True, "auto")
+    assert onnx_parser().parse_args(["--model", "m", "--batching", "continuous"]).batching == "continuous"
     with pytest.raises(SystemExit):
-        onnx_parser().parse_args(["--model", "m", "--batching", "continuous"])
+        onnx_parser().parse_args(["--model", "m", "--genai-runtime", "cuda"])
     with pytest.raises(SystemExit):
         pytorch_parser().parse_args(["--model", "m", "--kv-cache-memory-fraction", "1.5"])
     limits = (p.max_body_bytes, p.max_stop_sequences, p.max_stop_chars, p.max_messages)

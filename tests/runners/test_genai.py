@@ -1,7 +1,9 @@
 """The ONNX server serves onnxruntime-genai format models, built here from the tiny random Llama by genai's own model
-builder (no download): fp32 (lossless) gives exactly transformers' greedy tokens under 32 concurrent requests in
-both batching modes; rows that genai itself would end (an end-of-sequence id under ignore_eos, a padded batch at
-its max_length) continue exactly; fp16 and int4 load and serve (tokens compared loosely: see each test).
+builder (no download), run by onnxruntime directly (gqa.py, the CPU default) or by genai's Generator (genai.py):
+fp32 (lossless) gives exactly transformers' greedy tokens under 32 concurrent requests in every batching mode;
+rows that genai itself would end (an end-of-sequence id under ignore_eos, a padded batch at its max_length)
+continue exactly; fp16 and int4 load and serve (tokens compared loosely: see each test), with the same tokens
+from both runtimes.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-import torch
 from ib_testkit.genai_models import build_genai
 from ib_testkit.runners import complete, concurrent, metric, workload
+from inference_backend.runners.onnx.genai_load import RUNTIMES
 
 ARGS = ["--served-model-name", "tiny", "--max-batch-size", "8"]
 
@@ -26,31 +28,22 @@ def quantized(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     return {p: build_genai(models["tiny"], root / f"tiny-genai-{p}", p) for p in ("fp16", "int4")}
 
 
-@pytest.fixture(scope="session")
-def no_eos(models: dict[str, Path]) -> Any:
-    """greedy(prompt, n) -> n tokens of transformers' generate that does not stop at eos (ignore_eos)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(models["tiny"], dtype=torch.float32).eval()
-
-    def greedy(prompt: list[int], n: int) -> list[int]:
-        ids = torch.tensor([prompt])
-        with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                                 min_new_tokens=n, eos_token_id=None)  # fmt: skip
-        return list(out[0, len(prompt) :].tolist())
-
-    return greedy
-
-
 @pytest.mark.parametrize(
-    "flags",
-    [["--batching", "static", "--enable-prefix-caching"], ["--batching", "dynamic", "--max-wait-ms", "50"]],
-    ids=["static-prefix-flag", "dynamic"],
+    ("runtime", "flags"),
+    [
+        ("onnxruntime", ["--batching", "static", "--enable-prefix-caching"]),
+        ("onnxruntime", ["--batching", "continuous", "--enable-prefix-caching"]),
+        ("onnxruntime", ["--batching", "dynamic", "--max-wait-ms", "50"]),
+        ("genai", ["--batching", "static", "--enable-prefix-caching"]),
+        ("genai", ["--batching", "dynamic", "--max-wait-ms", "50"]),
+    ],
+    ids=["ort-static-prefix", "ort-continuous-prefix", "ort-dynamic", "genai-static-prefix-flag", "genai-dynamic"],
 )
-def test_fp32_greedy_matches_generate(flags: list[str], models: dict[str, Path], reference: Any,
+def test_fp32_greedy_matches_generate(runtime: str, flags: list[str], models: dict[str, Path], reference: Any,
                                       start_server: Any) -> None:  # fmt: skip
-    srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, *flags])
+    """32 concurrent requests (half share a 40-token prefix) in batches of 8: with onnxruntime running the model
+    (the default on CPU), later batches reuse the cached prefix; genai's Generator has no prefix cache (logged)."""
+    srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, "--genai-runtime", runtime, *flags])
     jobs = workload(32)
     for (prompt, max_tokens), reply in zip(jobs, concurrent(srv.url, jobs), strict=True):
         expected, stopped = reference(prompt, max_tokens)
@@ -58,19 +51,30 @@ def test_fp32_greedy_matches_generate(flags: list[str], models: dict[str, Path],
         assert reply["choices"][0]["finish_reason"] == ("stop" if stopped else "length")
     assert metric(srv.url, "vllm:request_success_total") == 32
     assert metric(srv.url, "vllm:num_requests_running") == 0
-    assert "LM head: last position only" in srv.log.read_text()  # these tokens came from the rewritten graph
-    assert metric(srv.url, "vllm:prefix_cache_queries_total") == 0  # no prefix cache on this path (logged)
-    if "--enable-prefix-caching" in flags:
-        assert "not available for onnxruntime-genai models" in srv.log.read_text()
+    log = srv.log.read_text()
+    assert "LM head: last position only" in log  # these tokens came from the rewritten graph
+    assert f"run by {RUNTIMES[runtime]}" in log
+    hits = metric(srv.url, "vllm:prefix_cache_hits_total")
+    if runtime == "genai":
+        assert metric(srv.url, "vllm:prefix_cache_queries_total") == 0  # no prefix cache on this path (logged)
+        if "--enable-prefix-caching" in flags:
+            assert "not available when genai's Generator runs the model" in log
+    elif "--enable-prefix-caching" in flags:
+        assert hits >= 32, hits  # at least one later prompt continued from the shared 32-token block prefix
+    else:
+        assert hits == 0
 
 
+@pytest.mark.parametrize("runtime", ["genai", "onnxruntime"])
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy-batch", "with-a-sampled-row"])
-def test_rows_genai_would_end_continue_exactly(sampled: bool, models: dict[str, Path], reference: Any, no_eos: Any,
-                                               start_server: Any) -> None:  # fmt: skip
+def test_rows_genai_would_end_continue_exactly(sampled: bool, runtime: str, models: dict[str, Path], reference: Any,
+                                               no_eos: Any, start_server: Any) -> None:  # fmt: skip
     """ignore_eos rows that produce eos inside a batch, and a short row batched with a long prompt whose padded width
     plus the short row's max_tokens exceeds the context (512), move to a generator of their own and go on. An
-    all-greedy batch lets genai pick; one sampled row makes the batch go through our sampler and set_logits."""
-    srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, "--batching", "static",
+    all-greedy batch lets genai pick; one sampled row makes the batch go through our sampler and set_logits. Run by
+    onnxruntime directly, the same batch needs no moves (each row has its own length in one buffer)."""
+    srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, "--genai-runtime", runtime,
+                                "--batching", "static",
                                 "--max-batch-size", "7" if sampled else "6", "--max-wait-ms", "2000"])  # fmt: skip
     eos_prompts = list(itertools.islice((p for p, _ in workload(40, seed=3) if reference(p, 60)[1]), 3))
     assert len(eos_prompts) >= 2, "the workload has prompts whose greedy continuation ends with eos"
@@ -104,17 +108,23 @@ def test_fp16_and_int4_load_and_serve(quantized: dict[str, Path], models: dict[s
     checked there. Both give the same tokens batched as alone."""
     jobs = workload(8, seed=4)
     for precision, dtype in (("fp16", "float16"), ("int4", "auto")):
-        srv = start_server("onnx", ["--model", str(quantized[precision]), *ARGS, "--dtype", dtype])
-        batched = concurrent(srv.url, [(p, 12) for p, _ in jobs])
-        with httpx.Client() as c:
-            alone = [complete(c, srv.url, p, 12, ignore_eos=False) for p, _ in jobs[:3]]
-        for b, a in zip(batched, alone, strict=False):
-            assert b["choices"][0]["token_ids"] == a["choices"][0]["token_ids"]
-        firsts = [r["choices"][0]["token_ids"][:1] == reference(p, 1)[0]
-                  for (p, _), r in zip(jobs, batched, strict=True)]  # fmt: skip
-        if precision == "fp16":
-            assert sum(firsts) >= 6, firsts
-        srv.stop()
+        tokens = {}
+        for runtime in ("onnxruntime", "genai"):
+            srv = start_server("onnx", ["--model", str(quantized[precision]), *ARGS, "--dtype", dtype,
+                                        "--genai-runtime", runtime])  # fmt: skip
+            batched = concurrent(srv.url, [(p, 12) for p, _ in jobs])
+            with httpx.Client() as c:
+                alone = [complete(c, srv.url, p, 12, ignore_eos=False) for p, _ in jobs[:3]]
+            for b, a in zip(batched, alone, strict=False):
+                assert b["choices"][0]["token_ids"] == a["choices"][0]["token_ids"]
+            firsts = [r["choices"][0]["token_ids"][:1] == reference(p, 1)[0]
+                      for (p, _), r in zip(jobs, batched, strict=True)]  # fmt: skip
+            if precision == "fp16":
+                assert sum(firsts) >= 6, firsts
+            tokens[runtime] = [r["choices"][0]["token_ids"] for r in batched]
+            assert f"run by {RUNTIMES[runtime]}" in srv.log.read_text()
+            srv.stop()
+        assert tokens["onnxruntime"] == tokens["genai"], precision  # the same graph on the same onnxruntime
 
 
 def test_dtype_must_match_the_model(models: dict[str, Path], start_server: Any) -> None:

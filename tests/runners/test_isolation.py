@@ -27,7 +27,13 @@ ENGINES = [
     pytest.param("pytorch", ["--batching", "dynamic", "--max-wait-ms", "300"], id="pytorch-dynamic"),
     pytest.param("onnx", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-dynamic-batched-prefill"),
     pytest.param("onnx", ["--batching", "static", "--enable-prefix-caching"], id="onnx-static-prefix"),
-    pytest.param("onnx-genai", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-genai-dynamic"),
+    pytest.param("onnx-genai", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-genai-ort-dynamic"),
+    pytest.param("onnx-genai", ["--batching", "continuous", "--enable-prefix-caching"], id="onnx-genai-ort-continuous"),
+    pytest.param(
+        "onnx-genai",
+        ["--batching", "dynamic", "--max-wait-ms", "300", "--genai-runtime", "genai"],
+        id="onnx-genai-generator-dynamic",
+    ),
 ]
 
 

@@ -29,7 +29,13 @@ from ib_testkit.runners import SERVERS, complete
 SERVED = [
     pytest.param(("pytorch", ["--batching", "continuous"]), id="pytorch-continuous-draft"),
     pytest.param(("onnx", ["--batching", "dynamic", "--max-wait-ms", "200"]), id="onnx-dynamic"),
-    pytest.param(("onnx-genai", ["--batching", "dynamic", "--max-wait-ms", "200"]), id="onnx-genai-dynamic"),
+    pytest.param(
+        ("onnx-genai", ["--batching", "continuous", "--enable-prefix-caching"]), id="onnx-genai-ort-continuous"
+    ),
+    pytest.param(
+        ("onnx-genai", ["--batching", "dynamic", "--max-wait-ms", "200", "--genai-runtime", "genai"]),
+        id="onnx-genai-generator-dynamic",
+    ),
 ]
 PROMPT = [1, 17, 40, 33, 90, 7]
 MSG = [{"role": "user", "content": "hello model"}]

@@ -12,7 +12,7 @@ from ib_testkit.runners import concurrent, metric, workload
 PREFIX = (["--enable-prefix-caching"], ["--no-enable-prefix-caching"])
 CONFIGS = [
     pytest.param(kind, ["--batching", mode, *prefix], id=f"{kind}-{mode}-{prefix[0][2:]}")
-    for kind, modes in (("pytorch", ("static", "dynamic", "continuous")), ("onnx", ("static", "dynamic")))
+    for kind, modes in (("pytorch", ("static", "dynamic", "continuous")), ("onnx", ("static", "dynamic", "continuous")))
     for mode in modes
     for prefix in PREFIX
 ]

@@ -21,7 +21,7 @@ VERSION = runners.VERSION
 IMAGE = f"ghcr.io/inference-backend/onnxruntime-server:{VERSION}"
 IMAGE_CUDA = f"{IMAGE}-cuda"
 COMMAND = ("ib-onnxruntime-server",)
-STRATEGIES = ("static", "dynamic")  # onnx/args.py add_common_flags(batching modes)
+STRATEGIES = ("static", "continuous", "dynamic")  # onnx/args.py add_common_flags(batching modes)
 
 
 def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Artifact | None:
@@ -38,12 +38,13 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
                              strategies=STRATEGIES, extra=_extra)  # fmt: skip
 
 
-# Our ONNX Runtime server: dynamic and static batching, prefix cache (our exporter's format; onnxruntime-genai
-# format models are served without it), one device per replica.
+# Our ONNX Runtime server: dynamic, static and continuous batching (continuous: new requests join at each step;
+# on a GPU genai's Generator runs onnxruntime-genai format models and a joining group runs its own forward), prefix
+# cache (on CPU; on a GPU our exporter's format only), one device per replica.
 CARD = EngineCard(
     name=ENGINE, title="ONNX Runtime", version=VERSION,
     formats=frozenset({"onnx"}), accelerators=frozenset({"gpu", "cpu"}),
-    batching=("dynamic", "static"), prefix_cache=True, speculative=frozenset(),
+    batching=("dynamic", "static", "continuous"), prefix_cache=True, speculative=frozenset(),
     quantizations=frozenset({"none", "int8", "int4"}), kv_dtypes=frozenset(),
     multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
     own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
@@ -52,13 +53,13 @@ CARD = EngineCard(
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
-    summary="ONNX models (onnxruntime-genai format, or our exporter's) on CPU or one GPU: dynamic and static "
-    "batching, prefix cache",
+    summary="ONNX models (onnxruntime-genai format, or our exporter's) on CPU or one GPU: dynamic, static and "
+    "continuous batching, prefix cache",
     render=container, layer_split=False, slots=False,
     run_as_user=10001, run_as="images/onnxruntime-server/Dockerfile: USER 10001",
     autoscaling=runners.autoscaling(
         "seconds for the models it serves: one ONNX Runtime session is created from the file, no compile step"
     ),
-    prefix_cache_caveat="our exporter's ONNX format only: an onnxruntime-genai format model (genai_config.json) "
-    "is served without it, and the server logs so",
+    prefix_cache_caveat="on a GPU, our exporter's ONNX format only: there onnxruntime-genai's Generator runs an "
+    "onnxruntime-genai format model (genai_config.json), without it, and the server logs so",
 )  # fmt: skip

@@ -223,7 +223,7 @@ class Scheduler:
             need = min(len(req.prompt_ids) + req.params.max_tokens, self.max_model_len)
             if taken and tokens + len(req.prompt_ids) > self.max_batch_tokens:
                 break
-            if self.reserved + need > self.kv_capacity and (self.running or taken):
+            if self._kv_over(taken, need) and (self.running or taken):
                 break  # wait for KV budget; a lone request always runs (max_model_len fits the budget)
             self.waiting.popleft()
             tokens += len(req.prompt_ids)
@@ -233,6 +233,14 @@ class Scheduler:
             taken.append(Sequence(req, list(req.prompt_ids), len(req.prompt_ids), need, scheduled=now))
         self.metrics.waiting.set(len(self.waiting))
         return taken
+
+    def _kv_over(self, taken: list[Sequence], need: int) -> bool:
+        """Would one more sequence needing `need` positions exceed the KV budget? A backend whose KV is one padded
+        buffer (padded_kv: every row as long as the longest reservation, onnx/gqa.py) counts rows x longest."""
+        if not getattr(self.backend, "padded_kv", False):
+            return self.reserved + need > self.kv_capacity
+        longest = max([s.reserved for s in self.running] + [s.reserved for s in taken] + [need])
+        return (len(self.running) + len(taken) + 1) * longest > self.kv_capacity
 
     def _prefill(self, seqs: list[Sequence]) -> None:
         try:
