@@ -38,9 +38,10 @@ def _seq(prompt: list[int], max_tokens: int) -> Sequence:
 def test_rows_join_and_leave_a_running_batch(models: dict[str, Path], no_eos: Any) -> None:
     """The backend as the continuous scheduler drives it: a row decodes alone, two join it (prefilled into free
     slots), the first leaves (the last row moves into its slot), a fourth joins with a longer reservation (the
-    buffer grows, the running rows copied): every row's tokens are transformers' greedy tokens."""
+    buffer grows, the running rows copied) and leaves (the buffer shrinks back, the others copied): every row's
+    tokens are transformers' greedy tokens."""
     backend = _backend(models["genai"])
-    a, b, c, d = _seq([1, 9, 17, 33, 65], 40), *(_seq(p, 40) for p, _ in workload(2, seed=7)), _seq([1, 5], 200)
+    a, b, c, d = _seq([1, 9, 17, 33, 65], 40), *(_seq(p, 40) for p, _ in workload(2, seed=7)), _seq([1, 5], 400)
     live: list[Sequence] = []
 
     def join(seqs: list[Sequence]) -> None:
@@ -64,10 +65,14 @@ def test_rows_join_and_leave_a_running_batch(models: dict[str, Path], no_eos: An
     join([d])
     assert backend.kv[0].shape[2] > capacity  # grown for d's reservation
     step(12)
+    backend.release([d])
+    live.remove(d)
+    assert backend.kv[0].shape[2] <= capacity  # d's long buffer does not outlive it (b and c copied over)
+    step(3)
     for s in (a, b, c, d):
         generated = s.tokens[s.prompt_len :]
         assert generated == no_eos(s.tokens[: s.prompt_len], len(generated)), s.tokens[: s.prompt_len]
-    assert [len(s.tokens) - s.prompt_len for s in (a, b, c, d)] == [16, 27, 27, 13]
+    assert [len(s.tokens) - s.prompt_len for s in (a, b, c, d)] == [16, 30, 30, 13]
 
 
 def test_a_cached_prefix_gives_the_same_tokens(models: dict[str, Path], reference: Any, start_server: Any) -> None:

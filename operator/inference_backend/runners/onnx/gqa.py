@@ -17,8 +17,9 @@ a row is a slot of our own buffer, so
 The tokens are genai's: the same graph on the same onnxruntime (genai loads the installed libonnxruntime), fed the
 same ids; tests compare them with genai's Generator and with transformers. The buffer's capacity is the longest
 reservation (prompt + max_tokens) of its rows rounded up to 32 positions, grown (copied) when a longer one joins,
-and its rows the batch size rounded up to 8; it is kept when the batch empties (allocated once per size, as an
-engine that preallocates its KV cache would). Because every row is as long as the longest, the scheduler admits
+and its rows the batch size rounded up to 8; it is reused from batch to batch while the size fits, and made to fit
+when the rows need less than half of it or a new batch needs a different size (a long request's buffer does not
+outlive it). Because every row is as long as the longest, the scheduler admits
 rows x longest reservation within the KV budget (`padded_kv`), not the sum of the reservations. CPU only: the
 buffers are host arrays (on CUDA genai's Generator runs the model, genai.py).
 """
@@ -111,18 +112,27 @@ class GqaBackend:
 
     # -- buffers ------------------------------------------------------------------------------------
     def _reserve(self, rows: int, length: int) -> None:
-        """Buffers with at least `rows` slots and `length` positions; the running rows are kept (copied)."""
-        have_rows, have_len = (self.kv[0].shape[0], self.kv[0].shape[2]) if self.kv else (0, 0)
-        if rows <= have_rows and length <= have_len:
-            return
-        new_rows = max(have_rows, -(-rows // ROWS_STEP) * ROWS_STEP)
-        new_len = max(have_len, -(-length // LENGTH_STEP) * LENGTH_STEP)
-        shape = (new_rows, self.kv_heads, new_len, self.head_dim)
-        grown = [np.zeros(shape, dtype=self.kv_type) for _ in self.past]
+        """Buffers with at least `rows` slots and `length` positions, the running rows kept (copied). Grown when
+        too small; made to fit when more than twice as long as needed, or longer or wider than needed while no row
+        runs (a long request's buffer does not outlive it: attention and memory follow the buffer's size)."""
+        want_rows = -(-rows // ROWS_STEP) * ROWS_STEP
+        want_len = -(-length // LENGTH_STEP) * LENGTH_STEP
         n = len(self.rows)
-        for old, new in zip(self.kv, grown, strict=False):
-            new[:n, :, :have_len] = old[:n]
-        self.kv = grown
+        if self.kv:
+            have_rows, have_len = self.kv[0].shape[0], self.kv[0].shape[2]
+            fits = rows <= have_rows and length <= have_len
+            oversized = have_len > 2 * want_len or (n == 0 and (have_len, have_rows) != (want_len, want_rows))
+            if fits and not oversized:
+                return
+            if n:  # rows are running: keep the wider of the two, so that a shrink never drops a slot
+                want_rows = max(want_rows, have_rows) if fits else want_rows
+                want_len = want_len if oversized else max(want_len, have_len)
+        shape = (want_rows, self.kv_heads, want_len, self.head_dim)
+        fresh = [np.zeros(shape, dtype=self.kv_type) for _ in self.past]
+        keep = min(want_len, self.kv[0].shape[2]) if self.kv else 0
+        for old, new in zip(self.kv, fresh, strict=False):
+            new[:n, :, :keep] = old[:n, :, :keep]
+        self.kv = fresh
         self._decode_io = None
 
     def _bind_kv(self, io: Any, rows: slice) -> None:
@@ -230,6 +240,8 @@ class GqaBackend:
                     buf[r, :, :n] = buf[last, :, :n]
                 self.rows[r] = self.rows[last]
             self.rows.pop()
+        if self.rows:
+            self._reserve(len(self.rows), max(s.reserved for s in self.rows))
 
     def device_error(self) -> str | None:
         return None  # CPU only
