@@ -3,7 +3,8 @@
     flock /tmp/ib-heavy.lock nice -n 10 python -m bench.profiles_7b measure [--configs llamacpp-q8_0,...]
     python -m bench.profiles_7b write [--check]      (operator/inference_backend/engines/profiles_7b.py)
 
-Configurations (one at a time; each model is written, served, measured and deleted before the next):
+Configurations (one at a time; each model is written, served, measured and deleted before the next, unless a later
+one in the list serves it too):
 
 - llamacpp-q8_0, llamacpp-q4_k_m: llama-server (hack/build-llama-server) on a random GGUF written with the gguf
   package (bench/gguf_random.py), `-t THREADS -np 8 -c 5120` (8 slots of 640 tokens: 2.5 GiB of f16 KV);
@@ -14,13 +15,16 @@ Configurations (one at a time; each model is written, served, measured and delet
   same preset built by genai's model builder (`-p int4|int8 -e cpu`) from a random checkpoint already quantized in
   the Olive format, the builder's address space capped at --max-build-memory-gib (bench/genai_random.py says why:
   from float weights the builder needs more than this machine's 24 GiB); the build's argv, seconds and peak RSS go
-  into the row.
+  into the row;
+- onnx-int4-generator: the same model on the same server with `--genai-runtime genai` (genai's Generator instead of
+  onnxruntime directly, the CPU default): a comparison, left out of the rows the selection reads.
 
 Each is measured over HTTP (/v1/completions with token-id prompts, `ignore_eos`), after one warm-up request:
 TTFT = the time of one request with a 512-token prompt and max_tokens 1; single-stream tokens/s = (GEN - 1) / (time
-of an 8-token prompt with max_tokens GEN - the same with max_tokens 1); tokens/s at concurrency 8 = 8 x GEN / the
-wall time of 8 such requests sent at once; peak RSS = VmHWM of the server process. Results merge into
-bench/results/cpu-7b.json (so a partial run keeps what it measured), with the machine, versions, date and argv.
+of an 8-token prompt with max_tokens GEN - the shorter of two with max_tokens 1, one before and one after);
+tokens/s at concurrency 8 = 8 x GEN / the wall time of 8 such requests sent at once; peak RSS = VmHWM of the server
+process. Results merge into bench/results/cpu-7b.json (so a partial run keeps what it measured), each row with its
+machine, versions, date and argv.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ RESULTS = ROOT / "bench" / "results" / "cpu-7b.json"
 MODULE = ROOT / "operator" / "inference_backend" / "engines" / "profiles_7b.py"
 CONFIGS = {"llamacpp-q8_0": ("llamacpp", "q8_0"), "llamacpp-q4_k_m": ("llamacpp", "q4_k_m"),
            "pytorch-bf16": ("pytorch", "bfloat16"), "onnx-int4": ("onnxruntime", "int4"),
-           "onnx-int8": ("onnxruntime", "int8")}  # fmt: skip
+           "onnx-int8": ("onnxruntime", "int8"), "onnx-int4-generator": ("onnxruntime", "int4")}  # fmt: skip
+# measured for comparison only, left out of the rows the selection reads: the server's flags they add to its default
+VARIANTS = {"onnx-int4-generator": ["--genai-runtime", "genai"]}
 BUILD = "ib-build.json"  # in a genai model directory: how genai_random.build made it
 PROMPT = 512
 VOCAB = 32000
@@ -76,6 +82,9 @@ def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int
     ttft, _ = _post(url, _ids(prompt, 1, vocab), 1)
     one, _ = _post(url, _ids(8, 2, vocab), 1)
     full, n = _post(url, _ids(8, 3, vocab), gen)
+    # the first short request after the long one may pay for a change of buffers (the ONNX server refits its KV
+    # buffer to the new length): the shorter of two, one on each side of the long request, is the fixed cost
+    one = min(one, _post(url, _ids(8, 4, vocab), 1)[0])
     jobs = [_ids(8, 10 + i, vocab) for i in range(8)]
     t = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
@@ -223,7 +232,7 @@ def _gguf_weight_bytes(layout: list[tuple[str, Any, str]]) -> int:
     return total
 
 
-def _argv(engine: str, model: Path, threads: int) -> tuple[list[str], str]:
+def _argv(engine: str, model: Path, threads: int, extra: list[str]) -> tuple[list[str], str]:
     port = str(free_port())
     if engine == "llamacpp":
         binary = llama_server_bin()
@@ -237,7 +246,7 @@ def _argv(engine: str, model: Path, threads: int) -> tuple[list[str], str]:
         import onnxruntime_genai
 
         argv = [sys.executable, "-m", "inference_backend.runners.onnx", "--model", str(model), "--served-model-name",
-                "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads)]  # fmt: skip
+                "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads), *extra]  # fmt: skip
         versions = f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}"
         return argv, f"inference-backend ONNX server, {versions}"
     import torch
@@ -269,16 +278,16 @@ def _machine() -> dict[str, Any]:
 def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, out: Path, small: bool,
             build_memory: int = 17 * 2**30) -> dict[str, Any]:  # fmt: skip
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"rows": {}}
-    result["machine"] = _machine()
+    machine = _machine()
     work.mkdir(parents=True, exist_ok=True)
-    for name in configs:
+    for i, name in enumerate(configs):
         engine, weights = CONFIGS[name]
         t = time.monotonic()
         try:
             model, params, bpp = _model(engine, weights, work, small, build_memory)
         except Exception as exc:  # e.g. genai's model builder past its memory cap: say so, go on with the others
             row = {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}", "engine": engine, "weights": weights,
-                   "modelSeconds": round(time.monotonic() - t, 1),
+                   "modelSeconds": round(time.monotonic() - t, 1), "machine": machine,
                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
                    "command": "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])}  # fmt: skip
             print(json.dumps(row), flush=True)
@@ -286,7 +295,7 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
             out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
             continue
         made = time.monotonic() - t
-        argv, version = _argv(engine, model, threads)
+        argv, version = _argv(engine, model, threads, VARIANTS.get(name, []))
         env = {"PYTHONPATH": str(ROOT / "operator")} if engine != "llamacpp" else {}
         print(f">> {name}: {' '.join(argv)}", flush=True)
         load = Path("/proc/loadavg").read_text().split()[0]
@@ -297,7 +306,7 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
         # other work on the machine slows the run: the 1-minute load average before and after it
         row["loadAverage"] = [float(load), float(Path("/proc/loadavg").read_text().split()[0])]
         row |= {"engine": engine, "weights": weights, "parameters": params, "bytesPerParam": round(bpp, 4),
-                "threads": threads, "version": version, "modelSeconds": round(made, 1),
+                "threads": threads, "version": version, "modelSeconds": round(made, 1), "machine": machine,
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "argv": [a if a != str(model) else model.name for a in argv]}  # fmt: skip
         if engine == "llamacpp" and "error" not in row:
@@ -307,20 +316,23 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
         print(json.dumps(row), flush=True)
         row["command"] = "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])
         result["rows"][name] = row
+        if all("machine" in r for r in result["rows"].values()):
+            result.pop("machine", None)  # the file's machine: only for rows measured before each row named its own
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-        if not keep:
+        if not keep and CONFIGS[name] not in [CONFIGS[c] for c in configs[i + 1 :]]:  # a later one may reuse it
             subprocess.run(["rm", "-rf", str(model)], check=True)
     return result
 
 
 def derive(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """engine -> the MeasuredRow fields of each measured configuration (rows with an error are left out)."""
+    """engine -> the MeasuredRow fields of each measured configuration (rows with an error, and the comparison
+    variants, are left out). Each row names the machine it ran on (rows from before that: the file's)."""
     out: dict[str, list[dict[str, Any]]] = {}
-    machine = result["machine"]
     for name, r in sorted(result["rows"].items()):
-        if "error" in r:
+        if "error" in r or name in VARIANTS:
             continue
+        machine = r.get("machine", result.get("machine"))
         out.setdefault(r["engine"], []).append({
             "weights": r["weights"], "parameters": r["parameters"], "bytes_per_param": r["bytesPerParam"],
             "cores": r["threads"], "prompt_tokens": r["promptTokens"], "ttft_ms": r["ttftMs"],
