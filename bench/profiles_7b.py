@@ -11,13 +11,14 @@ one in the list serves it too):
 - pytorch-bf16: our PyTorch runner, `--dtype bfloat16 --threads THREADS`, on bench_model's `llama2-7b` preset
   (random weights made directly in bfloat16 and written shard by shard: about 13.5 GB on disk, one shard in memory;
   the server then holds the 13.5 GB);
-- onnx-int4, onnx-int8: our ONNX server (`--threads THREADS`, dynamic batching) on an onnxruntime-genai model of the
-  same preset built by genai's model builder (`-p int4|int8 -e cpu`) from a random checkpoint already quantized in
-  the Olive format, the builder's address space capped at --max-build-memory-gib (bench/genai_random.py says why:
-  from float weights the builder needs more than this machine's 24 GiB); the build's argv, seconds and peak RSS go
-  into the row;
-- onnx-int4-generator: the same model on the same server with `--genai-runtime genai` (genai's Generator instead of
-  onnxruntime directly, the CPU default): a comparison, left out of the rows the selection reads.
+- onnx-int4, onnx-int8: our ONNX server (`--threads THREADS`, batching as the operator renders it on CPU:
+  continuous) on an onnxruntime-genai model of the same preset built by genai's model builder (`-p int4|int8 -e cpu`)
+  from a random checkpoint already quantized in the Olive format, the builder's address space capped at
+  --max-build-memory-gib (bench/genai_random.py says why: from float weights the builder needs more than this
+  machine's 24 GiB); the build's argv, seconds and peak RSS go into the row;
+- onnx-int4-generator: the same model on the same server with `--genai-runtime genai --batching dynamic` (genai's
+  Generator instead of onnxruntime directly, the CPU default, in its own best mode): a comparison, left out of the
+  rows the selection reads.
 
 Each is measured over HTTP (/v1/completions with token-id prompts, `ignore_eos`), after one warm-up request:
 TTFT = the time of one request with a 512-token prompt and max_tokens 1; single-stream tokens/s = (GEN - 1) / (time
@@ -56,7 +57,7 @@ CONFIGS = {"llamacpp-q8_0": ("llamacpp", "q8_0"), "llamacpp-q4_k_m": ("llamacpp"
            "pytorch-bf16": ("pytorch", "bfloat16"), "onnx-int4": ("onnxruntime", "int4"),
            "onnx-int8": ("onnxruntime", "int8"), "onnx-int4-generator": ("onnxruntime", "int4")}  # fmt: skip
 # measured for comparison only, left out of the rows the selection reads: the server's flags they add to its default
-VARIANTS = {"onnx-int4-generator": ["--genai-runtime", "genai"]}
+VARIANTS = {"onnx-int4-generator": ["--genai-runtime", "genai", "--batching", "dynamic"]}
 BUILD = "ib-build.json"  # in a genai model directory: how genai_random.build made it
 PROMPT = 512
 VOCAB = 32000
@@ -244,9 +245,13 @@ def _argv(engine: str, model: Path, threads: int, extra: list[str]) -> tuple[lis
     if engine == "onnxruntime":
         import onnxruntime
         import onnxruntime_genai
+        from inference_backend.engines import card
 
+        onnx = card("onnxruntime")  # batching as the operator renders it on CPU for batching.strategy auto
+        batching = onnx.auto_batching.get("cpu", onnx.batching[0])
         argv = [sys.executable, "-m", "inference_backend.runners.onnx", "--model", str(model), "--served-model-name",
-                "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads), *extra]  # fmt: skip
+                "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads), "--batching", batching,
+                *extra]  # fmt: skip
         versions = f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}"
         return argv, f"inference-backend ONNX server, {versions}"
     import torch

@@ -64,6 +64,9 @@ def test_a_card_lacking_a_field_is_reported() -> None:
     assert "autoscaling.lacks" in dataclasses.replace(c, autoscaling=fewer).missing(), "a missing signal says why"
     nameless = dataclasses.replace(a, signals={"ttft": dataclasses.replace(a.signals["ttft"], source="")})
     assert "autoscaling.signals[ttft]" in dataclasses.replace(c, autoscaling=nameless).missing()
+    # auto_batching names a strategy the engine has, on an accelerator it runs on
+    assert "auto_batching[gpu]" in dataclasses.replace(c, auto_batching={"gpu": "speculative"}).missing()
+    assert "auto_batching[cpu]" in dataclasses.replace(c, auto_batching={"cpu": c.batching[0]}).missing()
 
 
 def test_every_card_field_is_required() -> None:

@@ -167,6 +167,9 @@ class EngineCard:
     prefix_cache_caveat: str
     """Where ``prefix_cache`` does not hold for every model it loads (the selection cannot tell those models apart):
     said in the decision's "prefix cache: on" reason, so `kubectl describe` shows it."""
+    auto_batching: Mapping[Accelerator, str]
+    """The strategy ``batching.strategy: auto`` resolves to per accelerator, where it is not ``batching[0]`` (one of
+    ``batching``)."""
 
     @property
     def gpu_required(self) -> bool:
@@ -182,6 +185,9 @@ class EngineCard:
                 out.append(f"profiles[{acc}]")
         if "gpu" in self.accelerators and self.devices.get("nvidia") != self.images.get("gpu"):
             out.append("devices[nvidia]")
+        for acc, strategy in self.auto_batching.items():
+            if acc not in self.accelerators or strategy not in self.batching:
+                out.append(f"auto_batching[{acc}]")
         a = self.autoscaling
         if not a.signals:
             out.append("autoscaling.signals")
@@ -198,7 +204,7 @@ class EngineCard:
 # A card may truthfully have no speculation method or no prefix cache; every other field must say something.
 _MAY_BE_EMPTY = frozenset({"layer_split", "slots", "run_as_user", "speculative", "prefix_cache", "multi_gpu",
                            "multi_node", "own_hf_loader", "kv_offload", "prefix_cache_caveat",
-                           "min_compute", "bf16_min_compute", "kv_dtypes"})  # fmt: skip
+                           "min_compute", "bf16_min_compute", "kv_dtypes", "auto_batching"})  # fmt: skip
 
 
 def _empty(value: object) -> bool:

@@ -237,7 +237,7 @@ CARD = EngineCard(
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
     layer_split=True, slots=True,
-    run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="",
+    run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
 )  # fmt: skip

@@ -44,12 +44,12 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "bytes_per_param": 0.7062,
             "cores": 2,
             "parameters": 6738415616,
-            "peak_rss_gib": 7.59,
+            "peak_rss_gib": 7.19,
             "prompt_tokens": 512,
-            "provenance": "measured: Intel(R) Xeon(R) Processor, 2 threads; random Llama-2-7B shape (6.74B, int4); inference-backend ONNX server, onnxruntime 1.32.0, onnxruntime-genai 0.18.0; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4,onnx-int4-generator,llamacpp-q8_0,llamacpp-q4_k_m,pytorch-bf16 --gen 16` (onnx-int4: -m inference_backend.runners.onnx --model ib-bench-llama2-7b-genai-int4 --served-model-name m --host 127.0.0.1 --port 37543 --threads 2); other work on the machine: 1-minute load average 1.17 before, 1.64 after",
-            "tokens_per_second_1": 3.525,
-            "tokens_per_second_8": 5.322,
-            "ttft_ms": 38970.0,
+            "provenance": "measured: Intel(R) Xeon(R) Processor, 2 threads; random Llama-2-7B shape (6.74B, int4); inference-backend ONNX server, onnxruntime 1.32.0, onnxruntime-genai 0.18.0; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4,onnx-int4-generator --gen 16` (onnx-int4: -m inference_backend.runners.onnx --model ib-bench-llama2-7b-genai-int4 --served-model-name m --host 127.0.0.1 --port 45865 --threads 2 --batching continuous); other work on the machine: 1-minute load average 0.2 before, 1.57 after",
+            "tokens_per_second_1": 3.063,
+            "tokens_per_second_8": 7.681,
+            "ttft_ms": 47162.6,
             "weights": "int4"
         }
     ],

@@ -62,5 +62,5 @@ CARD = EngineCard(
         "seconds to a minute for the small models it is the fallback for: Transformers loads the safetensors, "
         "no compile or graph capture"
     ),
-    prefix_cache_caveat="",
+    prefix_cache_caveat="", auto_batching={},
 )  # fmt: skip

@@ -210,5 +210,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="",
+    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
 )  # fmt: skip

@@ -16,7 +16,8 @@ def _row(c: EngineCard) -> str:
     accel = ", ".join(sorted(c.accelerators))
     if "gpu" in c.accelerators and c.min_compute != (0, 0):
         accel += f" ({c.min_compute[0]}.{c.min_compute[1]}+; {', '.join(sorted(c.devices))})"
-    cells = (c.name, c.version, ", ".join(sorted(c.formats)), accel, ", ".join(c.batching),
+    batching = ", ".join(c.batching) + "".join(f" (auto on {a}: {b})" for a, b in sorted(c.auto_batching.items()))
+    cells = (c.name, c.version, ", ".join(sorted(c.formats)), accel, batching,
              "yes" if c.prefix_cache else "no", ", ".join(sorted(c.speculative)) or "-",
              "yes" if c.multi_gpu else "no", "yes" if c.multi_node else "no")  # fmt: skip
     return "| " + " | ".join(cells) + " |"

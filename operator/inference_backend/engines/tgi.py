@@ -166,5 +166,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="",
+    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
 )  # fmt: skip

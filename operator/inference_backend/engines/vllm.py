@@ -251,5 +251,5 @@ CARD = EngineCard(
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="",
+    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
 )  # fmt: skip

@@ -401,6 +401,8 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     reasons.extend(f"objective not met: {m}" for m in choice.misses)
     strategy = spec.batching.strategy
     resolved = strategy if strategy in caps.batching else caps.batching[0]
+    if strategy == "auto":
+        resolved = caps.auto_batching.get("gpu" if p.gpu is not None else "cpu", resolved)
     unsupported = list(lacks)
     if strategy != resolved and strategy != "auto" and _subsumed(strategy, caps):
         mapped = (f"batching.strategy {strategy}: mapped to {caps.name}'s continuous batching, which admits "
