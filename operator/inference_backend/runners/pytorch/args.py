@@ -26,6 +26,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU, float32: reorder every Linear layer's weights once for oneDNN's matmul instead of torch's default "
         "(MKL repacks them on every call); see docs/runners.md (default: on)",
     )
+    parser.add_argument(
+        "--fused-forward",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Llama-shaped models without a draft model: run a lean forward with fused q/k/v and gate/up matmuls "
+        "instead of transformers' modules (same math); other models always use transformers' (default: on)",
+    )
     spec = parser.add_argument_group("speculative decoding")
     spec.add_argument(
         "--draft-model",

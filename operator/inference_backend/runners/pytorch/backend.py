@@ -5,7 +5,8 @@ logits are computed), then its KV is copied into a free row of the running batch
 right-aligned; per-row position ids and a 2-D attention mask keep every row's math identical to running it alone,
 so greedy output does not depend on the batch. A decode step writes its keys and values in place. Plain greedy
 sequences (no penalties, no logprobs) with a draft model configured run speculative steps on their own (batch of
-one) caches instead.
+one) caches instead. With `fused` (fused.py: Llama-shaped models, no draft model) prefill and decode run its lean
+forward over the same buffers instead of transformers' modules.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.scheduler import Sequence
 from inference_backend.runners.pytorch import kv as kvh
+from inference_backend.runners.pytorch.fused import FusedLlama, attention
 from inference_backend.runners.pytorch.sampling import Sampler
 from inference_backend.runners.pytorch.slab import Slab
 
@@ -48,6 +50,7 @@ class TorchBackend:
         draft: Any = None,
         num_speculative_tokens: int = 4,
         max_batch_size: int | None = None,
+        fused: FusedLlama | None = None,
     ) -> None:
         self.model = model
         self.config = model.config
@@ -59,14 +62,18 @@ class TorchBackend:
         self.rows: list[Sequence] = []  # batched (non-speculative) sequences, in cache row order
         self.slab = Slab(device, max_batch_size)
         self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.fused = fused
 
     # -- prefill ------------------------------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, seqs: list[Sequence]) -> list[list[int]]:
+        for seq in seqs:
+            seq.slot = Slot(Sampler(seq.req.params, self.device))
+        if self.fused is not None:
+            return self._prefill_fused(self.fused, seqs)
         firsts, joining = [], []
         for seq in seqs:
-            sampler = Sampler(seq.req.params, self.device)
-            seq.slot = Slot(sampler)
+            sampler = seq.slot.sampler
             kv, logits = self._prefill_one(seq.tokens)
             firsts.append(seq.pick(sampler, logits))
             if self.draft is not None and sampler.plain_greedy:
@@ -79,6 +86,33 @@ class TorchBackend:
         if joining:
             self._join(joining)
         return firsts
+
+    def _prefill_fused(self, fused: FusedLlama, seqs: list[Sequence]) -> list[list[int]]:
+        firsts: dict[int, list[int]] = {}
+        joining = []
+        for wave in self._waves(seqs):
+            for seq, (kv, logits) in zip(wave, self._fused_prefill(fused, [s.tokens for s in wave]), strict=True):
+                firsts[id(seq)] = seq.pick(seq.slot.sampler, logits)
+                joining.append((seq, kv))
+        self._join(joining)
+        return [firsts[id(s)] for s in seqs]
+
+    def _waves(self, seqs: list[Sequence]) -> list[list[Sequence]]:
+        """Prompts prefilled together, in order. With a prefix cache, a prompt starting with the same block as one
+        already in the wave waits for the next wave, so it finds that one's KV in the cache."""
+        if self.prefix_cache is None:
+            return [seqs]
+        block = self.prefix_cache.block
+        waves: list[list[Sequence]] = [[]]
+        firsts: set[tuple[int, ...]] = set()
+        for seq in seqs:
+            head = tuple(seq.tokens[:block])
+            if len(seq.tokens) > block and head in firsts:
+                waves.append([])
+                firsts = set()
+            firsts.add(head)
+            waves[-1].append(seq)
+        return waves
 
     def _forward(self, model: Any, tokens: list[int], start: int, cache: Any, keep: int) -> tuple[Any, torch.Tensor]:
         """The logits of the last `keep` positions only (the language-model head is skipped for the others)."""
@@ -96,16 +130,62 @@ class TorchBackend:
         return out.cache, out.logits[0, -keep:]
 
     def _prefill_one(self, tokens: list[int]) -> tuple[kvh.KV, torch.Tensor]:
-        start, prefix = 0, None
+        start, hit = 0, None
         if self.prefix_cache is not None:
             start, hit = self.prefix_cache.lookup(tokens)
-            if hit is not None:
-                prefix = kvh.from_list(hit, self.config)
-        cache, logits = self._forward(self.model, tokens, start, prefix, 1)
+        prefix = kvh.from_list(hit, self.config) if hit is not None else None
+        cache, logits = self._forward(self.model, tokens, start if hit is not None else 0, prefix, 1)
         kv = kvh.to_list(cache)
         if self.prefix_cache is not None:
             self.prefix_cache.store(tokens, kv)
         return kv, logits[-1]
+
+    def _fused_prefill(self, fused: FusedLlama, prompts: list[list[int]]) -> list[tuple[kvh.KV, torch.Tensor]]:
+        """Prompts packed into one row: the matmuls run once over all their tokens, attention per prompt. Each
+        prompt gets KV buffers of its own ([1, kv heads, n, head dim] per layer; a prefix-cache hit is copied into
+        its first columns and only the rest is computed). Returns each prompt's KV and last-position logits."""
+        starts, kvs, masks = [], [], []
+        dtype, shape = fused.embed.dtype, (1, fused.kv_heads, 0, fused.head_dim)
+        for tokens in prompts:
+            n, start, hit = len(tokens), 0, None
+            if self.prefix_cache is not None:
+                start, hit = self.prefix_cache.lookup(tokens)
+            kv = [(torch.empty(shape[:2] + (n,) + shape[3:], dtype=dtype, device=self.device),
+                   torch.empty(shape[:2] + (n,) + shape[3:], dtype=dtype, device=self.device))
+                  for _ in fused.layers]  # fmt: skip
+            mask = None
+            if hit is not None and start:  # start < n: the prefix cache always leaves the last token to compute
+                for (k, v), (pk, pv) in zip(kv, hit, strict=True):
+                    k[:, :, :start], v[:, :, :start] = pk[:, :, :start], pv[:, :, :start]
+                cols = torch.arange(n, device=self.device)
+                mask = (cols[None, :] <= cols[start:, None])[None, None]  # query at position p sees keys 0..p
+            else:
+                start = 0
+            starts.append(start)
+            kvs.append(kv)
+            masks.append(mask)
+        offsets = [0]
+        for tokens, start in zip(prompts, starts, strict=True):
+            offsets.append(offsets[-1] + len(tokens) - start)
+        ids = torch.tensor([[t for p, s in zip(prompts, starts, strict=True) for t in p[s:]]], device=self.device)
+        pos = torch.tensor([[i for p, s in zip(prompts, starts, strict=True) for i in range(s, len(p))]],
+                           device=self.device)  # fmt: skip
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            outs = []
+            for j, start in enumerate(starts):
+                a, b = offsets[j], offsets[j + 1]
+                keys, values = kvs[j][layer]
+                keys[:, :, start:] = k[:, :, a:b]
+                values[:, :, start:] = v[:, :, a:b]
+                outs.append(attention(q[:, :, a:b], keys, values, masks[j]))
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+        logits = fused.forward(ids, pos, attend, last=[b - 1 for b in offsets[1:]])
+        if self.prefix_cache is not None:
+            for tokens, kv in zip(prompts, kvs, strict=True):
+                self.prefix_cache.store(tokens, kv)
+        return [(kv, logits[j]) for j, kv in enumerate(kvs)]
 
     def _join(self, joining: list[tuple[Sequence, kvh.KV]]) -> None:
         self.slab.join([kv for _, kv in joining])  # after every prefill worked (scheduler isolation)
@@ -119,11 +199,14 @@ class TorchBackend:
             last = torch.tensor([[s.tokens[-1]] for s in self.rows], device=self.device)
             pos = torch.tensor([[len(s.tokens) - 1] for s in self.rows], device=self.device)
             mask = self.slab.step()
-            res = self.model(
-                input_ids=last, position_ids=pos, attention_mask=mask, cache=self.slab.cache.bind(), use_cache=True
-            )
+            if self.fused is not None:
+                logits = self._fused_decode(self.fused, last, pos, mask)
+            else:
+                res = self.model(
+                    input_ids=last, position_ids=pos, attention_mask=mask, cache=self.slab.cache.bind(), use_cache=True
+                )
+                logits = res.logits[:, -1]
             self.slab.advance()
-            logits = res.logits[:, -1]
             top = logits.argmax(-1).tolist()  # greedy rows: one argmax for the batch
             for i, s in enumerate(self.rows):
                 sampler = s.slot.sampler
@@ -132,6 +215,22 @@ class TorchBackend:
             if s.slot.spec is not None:
                 out[id(s)] = self._spec_step_isolated(s)
         return [out[id(s)] for s in seqs]
+
+    def _fused_decode(
+        self, fused: FusedLlama, last: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        sl, n = self.slab, len(self.rows)
+        kv = [(k[:n], v[:n]) for k, v in zip(sl.keys, sl.values, strict=True)]
+        mask4 = mask[:, None, None, :]
+        end, window = sl.end, slice(sl.start, sl.end + 1)
+
+        def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            keys, values = kv[layer]
+            keys[:, :, end : end + 1] = k
+            values[:, :, end : end + 1] = v
+            return attention(q, keys[:, :, window], values[:, :, window], mask4)
+
+        return fused.forward(last, pos, attend)
 
     def _spec_step_isolated(self, seq: Sequence) -> list[int]:
         """A speculative sequence runs on caches of its own: whatever it raises fails it alone."""

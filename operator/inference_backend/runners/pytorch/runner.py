@@ -12,6 +12,7 @@ from inference_backend.runners.common.memory import host_memory_bytes, kv_budget
 from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.server import Loaded, start_scheduler
+from inference_backend.runners.pytorch import fused as fusedmod
 from inference_backend.runners.pytorch import kv as kvh
 from inference_backend.runners.pytorch import packed
 from inference_backend.runners.pytorch.backend import TorchBackend
@@ -19,6 +20,9 @@ from inference_backend.runners.pytorch.backend import TorchBackend
 log = logging.getLogger(__name__)
 PROBE = "Hello, world! The quick brown fox jumps over the lazy dog. 12345 <|>"
 PREFIX_CACHE_SHARE = 0.2  # of the KV budget, when prefix caching is on
+# Prepacked weights: the plain matrices are kept for single-row steps when that runs at least this much faster...
+SINGLE_ROW_GAIN = 1.05
+SINGLE_ROW_MEMORY_SHARE = 0.1  # ...and they take at most this share of the device's memory
 
 
 class IncompatibleDraft(ValueError):
@@ -74,6 +78,23 @@ def _kv_per_token(model: Any, dtype: torch.dtype) -> int:
     return kv_bytes_per_token(c.num_hidden_layers, heads, head_dim, elem)
 
 
+def _fused(model: Any, pack: bool, memory: int) -> fusedmod.FusedLlama | None:
+    why = fusedmod.ineligible(model)
+    if why is not None:
+        log.info("fused forward off, transformers' forward runs the model: %s", why)
+        return None
+    fused = fusedmod.FusedLlama(model, pack)
+    if pack:
+        speedup, plain = fused.single_row_speedup(), fused.plain_bytes()
+        keep = speedup >= SINGLE_ROW_GAIN and plain <= SINGLE_ROW_MEMORY_SHARE * memory
+        log.info("single-row steps: plain matrices %.2fx the packed ones' speed here; %s", speedup,
+                 f"keeping them too ({plain / 2**20:.0f} MiB)" if keep else "packed only")  # fmt: skip
+        if not keep:
+            fused.drop_plain()
+    log.info("fused forward on (%d layers, %s)", len(fused.layers), "prepacked" if pack else "plain weights")
+    return fused
+
+
 def load(args: Any, metrics: Metrics) -> Loaded:
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -87,6 +108,10 @@ def load(args: Any, metrics: Metrics) -> Loaded:
 
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else host_memory_bytes()
     weights = _weight_bytes(model) + (_weight_bytes(draft) if draft is not None else 0)
+    pack = args.prepack_weights and packed.available(device, dtype)
+    fused = _fused(model, pack, total) if args.fused_forward and draft is None else None
+    if fused is not None and fused.pack and fused.plain_bytes():
+        weights += fused.plain_bytes()  # both forms are held
     per_token = _kv_per_token(model, dtype) + (_kv_per_token(draft, dtype) if draft is not None else 0)
     budget = kv_budget_tokens(total, args.kv_cache_memory_fraction, weights, per_token)
     prefix = None
@@ -98,11 +123,13 @@ def load(args: Any, metrics: Metrics) -> Loaded:
         log.warning("max model len %d exceeds the KV budget; lowering it to %d tokens", max_len, budget)
         max_len = budget
     log.info("KV budget: %d tokens (%d bytes/token); max model len %d", budget, per_token, max_len)
-    if args.prepack_weights and packed.available(device, dtype):
+    if pack and fused is None:
         for m in (model, draft) if draft is not None else (model,):
             packed.prepack(m)
 
-    backend = TorchBackend(model, device, metrics, prefix, draft, args.num_speculative_tokens, args.max_batch_size)
+    backend = TorchBackend(
+        model, device, metrics, prefix, draft, args.num_speculative_tokens, args.max_batch_size, fused=fused
+    )
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
