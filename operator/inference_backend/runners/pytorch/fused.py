@@ -173,16 +173,12 @@ class FusedLlama:
         h = F.embedding(ids, self.embed)
         cos, sin = self.rotary(h, pos)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        nq, nkv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        nq = self.heads * self.head_dim
         for i, layer in enumerate(self.layers):
             x = F.rms_norm(h, (h.shape[-1],), layer.ln1[0], layer.ln1[1])
-            qs, ks, vs = layer.qkv(x).split([nq, nkv, nkv], -1)
-            o = attend(
-                i,
-                _rope(qs.view(rows, q, self.heads, self.head_dim).transpose(1, 2), cos, sin),
-                _rope(ks.view(rows, q, self.kv_heads, self.head_dim).transpose(1, 2), cos, sin),
-                vs.view(rows, q, self.kv_heads, self.head_dim).transpose(1, 2),
-            )
+            qkv = layer.qkv(x).view(rows, q, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
+            qk = _rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # queries and keys rotated in one go
+            o = attend(i, qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :])
             h = h + layer.o(o.transpose(1, 2).reshape(rows, q, nq))
             x = F.rms_norm(h, (h.shape[-1],), layer.ln2[0], layer.ln2[1])
             gate, up = layer.gate_up(x).split([self.inter, self.inter], -1)
