@@ -207,3 +207,15 @@ def test_single_row_speedup_is_measured() -> None:
     )
     fused.drop_plain()
     assert fused.plain_bytes() == 0
+
+
+def test_bfloat16_matches_transformers() -> None:
+    """In bfloat16 (the PyTorch runner's dtype for CPU bf16 models) the fused forward normalises as transformers does
+    (float32, cast back, then scaled): the same greedy tokens, batched, as transformers' forward."""
+    model = model_of("llama").to(torch.bfloat16)
+    reference = copy.deepcopy(model)
+    backend = TorchBackend(model, CPU, Metrics("t"), fused=fusedmod.FusedLlama(model, False))
+    plain = TorchBackend(reference, CPU, Metrics("t"))
+    rnd = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(4, 97, (int(n),), generator=rnd).tolist() for n in (6, 19, 4, 25)]
+    assert drive(backend, prompts, 9) == drive(plain, prompts, 9)

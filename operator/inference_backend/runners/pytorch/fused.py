@@ -175,22 +175,30 @@ class FusedLlama:
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         nq = self.heads * self.head_dim
         for i, layer in enumerate(self.layers):
-            x = F.rms_norm(h, (h.shape[-1],), layer.ln1[0], layer.ln1[1])
+            x = _rms_norm(h, layer.ln1)
             qkv = layer.qkv(x).view(rows, q, self.heads + 2 * self.kv_heads, self.head_dim).transpose(1, 2)
             qk = _rope(qkv[:, : self.heads + self.kv_heads], cos, sin)  # queries and keys rotated in one go
             o = attend(i, qk[:, : self.heads], qk[:, self.heads :], qkv[:, self.heads + self.kv_heads :])
             h = h + layer.o(o.transpose(1, 2).reshape(rows, q, nq))
-            x = F.rms_norm(h, (h.shape[-1],), layer.ln2[0], layer.ln2[1])
+            x = _rms_norm(h, layer.ln2)
             gate, up = layer.gate_up(x).split([self.inter, self.inter], -1)
             h = h + layer.down(F.silu(gate) * up)
         final = h[:, -1] if last is None else h[0, last]
-        final = F.rms_norm(final, (h.shape[-1],), self.norm[0], self.norm[1])
+        final = _rms_norm(final, self.norm)
         return self.head(final)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """transformers' sdpa attention for these shapes (mask None: causal, q and k the same positions)."""
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+
+
+def _rms_norm(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    weight, eps = norm
+    if x.dtype == torch.float32:  # torch's fused kernel: the same values as transformers' ops, in one call
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    y = x.float()  # transformers' LlamaRMSNorm: normalised in float32, cast back, then scaled in the model's dtype
+    return weight * (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
