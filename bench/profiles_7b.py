@@ -249,6 +249,9 @@ def _argv(engine: str, model: Path, threads: int, extra: list[str]) -> tuple[lis
 
         onnx = card("onnxruntime")  # batching as the operator renders it on CPU for batching.strategy auto
         batching = onnx.auto_batching.get("cpu", onnx.batching[0])
+        if "--batching" in extra:  # a variant's own batching replaces the default (one --batching on the line)
+            i = extra.index("--batching")
+            batching, extra = extra[i + 1], extra[:i] + extra[i + 2 :]
         argv = [sys.executable, "-m", "inference_backend.runners.onnx", "--model", str(model), "--served-model-name",
                 "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads), "--batching", batching,
                 *extra]  # fmt: skip
