@@ -219,3 +219,16 @@ def test_bfloat16_matches_transformers() -> None:
     rnd = torch.Generator().manual_seed(2)
     prompts = [torch.randint(4, 97, (int(n),), generator=rnd).tolist() for n in (6, 19, 4, 25)]
     assert drive(backend, prompts, 9) == drive(plain, prompts, 9)
+
+
+def test_wrapped_projections_run_transformers_forward() -> None:
+    """A projection that is not a plain Linear (a quantized or adapter layer) is not read as a plain matrix."""
+
+    class Adapter(torch.nn.Linear):
+        pass
+
+    model = model_of("llama")
+    old = model.model.layers[1].mlp.up_proj
+    model.model.layers[1].mlp.up_proj = Adapter(old.in_features, old.out_features, bias=False)
+    why = fusedmod.ineligible(model)
+    assert why is not None and "not plain torch Linear" in why

@@ -5,8 +5,8 @@ layer; with the few rows of a decode step that overhead and the small matmuls do
 q/k/v weights are one matrix and gate/up another (as vLLM's QKVParallelLinear and MergedColumnParallelLinear do), so
 a layer is four matmuls instead of seven, and the layer's glue is a handful of torch ops (torch's fused rms_norm,
 scaled_dot_product_attention with grouped KV heads). The math is transformers' own, op for op: the model's rotary
-embedding module computes cos/sin (every RoPE scaling type), and float32 logits equal transformers' exactly in this
-project's tests.
+embedding module computes cos/sin (every RoPE scaling type), RMSNorm normalises in float32 as LlamaRMSNorm does, and
+float32 logits match transformers' to rounding (exactly, without biases) in this project's tests.
 
 Only architectures whose decoder layer is exactly Llama's are taken (ELIGIBLE_TYPES, and the modules' shapes are
 checked); anything else - sliding-window attention, q/k norms, another activation - runs transformers' forward.
@@ -29,6 +29,8 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 ELIGIBLE_TYPES = ("llama", "mistral", "qwen2")  # decoder layer = Llama's (Qwen2: q/k/v biases, same code path)
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+PROJ_ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+PROJ_MLP = ("gate_proj", "up_proj", "down_proj")
 PACK_ROWS = 16  # the row count oneDNN's blocked layout is chosen for (any row count works)
 
 
@@ -48,7 +50,10 @@ def ineligible(model: Any) -> str | None:
             return "sliding-window attention"
         if any(hasattr(attn, n) for n in ("q_norm", "k_norm")) or not hasattr(mlp, "gate_proj"):
             return "the decoder layer is not Llama's (q/k norms or another MLP)"
-        if abs(attn.scaling - attn.head_dim**-0.5) > 1e-12:
+        linears = [getattr(attn, n, None) for n in PROJ_ATTN] + [getattr(mlp, n, None) for n in PROJ_MLP]
+        if any(type(lin) is not torch.nn.Linear for lin in linears):  # quantized or wrapped layers: not plain matrices
+            return "projections that are not plain torch Linear layers"
+        if abs(getattr(attn, "scaling", 0.0) - attn.head_dim**-0.5) > 1e-12:
             return "attention scaling is not 1/sqrt(head_dim)"
     return None
 
@@ -59,9 +64,10 @@ def _norm(module: Any) -> tuple[torch.Tensor, float]:
 
 def _cat(*linears: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     w = torch.cat([lin.weight.detach() for lin in linears])
-    biases = [lin.bias for lin in linears]
-    b = None if all(x is None for x in biases) else torch.cat([x.detach() for x in biases])
-    return w, b
+    if all(lin.bias is None for lin in linears):
+        return w, None
+    zero = w.new_zeros  # a matrix without bias next to one with: zeros for its rows
+    return w, torch.cat([zero(lin.out_features) if lin.bias is None else lin.bias.detach() for lin in linears])
 
 
 @dataclass
@@ -222,8 +228,7 @@ def _share(fused: torch.Tensor, *linears: Any) -> None:
 def drop_linears(model: Any) -> None:
     """Packed weights are the only copy needed: free transformers' (its forward is not used then)."""
     for layer in model.model.layers:
-        for mod, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
-                           (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):  # fmt: skip
+        for mod, names in ((layer.self_attn, PROJ_ATTN), (layer.mlp, PROJ_MLP)):
             for name in names:
                 getattr(mod, name).weight = torch.nn.Parameter(torch.empty(0), requires_grad=False)
     if model.lm_head.weight is not model.model.embed_tokens.weight:  # tied: the embedding still needs it
