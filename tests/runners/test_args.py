@@ -30,6 +30,8 @@ def test_flag_sets() -> None:
         "--num-speculative-tokens",
         "--prepack-weights",
         "--no-prepack-weights",
+        "--fused-forward",
+        "--no-fused-forward",
     }
     assert COMMON | pytorch_only <= _flags(pytorch_parser())
     assert COMMON | {"--providers"} <= _flags(onnx_parser())
@@ -42,6 +44,7 @@ def test_defaults_and_choices() -> None:
     assert (
         p.prepack_weights and not pytorch_parser().parse_args(["--model", "m", "--no-prepack-weights"]).prepack_weights
     )
+    assert p.fused_forward and not pytorch_parser().parse_args(["--model", "m", "--no-fused-forward"]).fused_forward
     o = onnx_parser().parse_args(["--model", "m", "--enable-prefix-caching"])
     assert (o.port, o.batching, o.enable_prefix_caching, o.genai_runtime) == (8000, "dynamic", True, "auto")
     assert onnx_parser().parse_args(["--model", "m", "--batching", "continuous"]).batching == "continuous"

@@ -25,6 +25,10 @@ OVERFLOW = 5e-324  # logits / temperature overflow to inf: softmax gives NaN, th
 ENGINES = [
     pytest.param("pytorch", ["--batching", "continuous"], id="pytorch-continuous"),
     pytest.param("pytorch", ["--batching", "dynamic", "--max-wait-ms", "300"], id="pytorch-dynamic"),
+    pytest.param(  # prompts of a batch prefilled packed into one forward, some continuing from cached prefixes
+        "pytorch", ["--batching", "dynamic", "--max-wait-ms", "300", "--enable-prefix-caching"], id="pytorch-prefix"
+    ),
+    pytest.param("pytorch", ["--batching", "continuous", "--no-fused-forward"], id="pytorch-transformers-forward"),
     pytest.param("onnx", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-dynamic-batched-prefill"),
     pytest.param("onnx", ["--batching", "static", "--enable-prefix-caching"], id="onnx-static-prefix"),
     pytest.param("onnx-genai", ["--batching", "dynamic", "--max-wait-ms", "300"], id="onnx-genai-ort-dynamic"),
