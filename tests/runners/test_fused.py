@@ -232,3 +232,19 @@ def test_wrapped_projections_run_transformers_forward() -> None:
     model.model.layers[1].mlp.up_proj = Adapter(old.in_features, old.out_features, bias=False)
     why = fusedmod.ineligible(model)
     assert why is not None and "not plain torch Linear" in why
+
+
+def test_the_loaded_file_is_released(tmp_path: Any) -> None:
+    """A model loaded from safetensors is a set of views of one memory-mapped file. Once fused, nothing refers to
+    that mapping any more (else every page read while fusing would stay resident beside the fused matrices)."""
+    import gc
+
+    model_of("llama").save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    mapped = [ln for ln in open("/proc/self/maps").read().splitlines() if str(tmp_path) in ln]  # noqa: SIM115
+    fused = fusedmod.FusedLlama(model, False)
+    gc.collect()
+    still = [ln for ln in open("/proc/self/maps").read().splitlines() if str(tmp_path) in ln]  # noqa: SIM115
+    assert mapped and not still, still
+    backend = TorchBackend(model, CPU, Metrics("t"), fused=fused)  # and it still serves
+    assert drive(backend, [[5, 6, 7]], 3)[0] == reference_greedy(model, [5, 6, 7], 4)

@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fused-forward",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="Llama-shaped models without a draft model: run a lean forward with fused q/k/v and gate/up matmuls "
-        "instead of transformers' modules (same math); other models always use transformers' (default: on)",
+        help="float32 Llama-shaped models without a draft model: run a lean forward with fused q/k/v and gate/up "
+        "matmuls instead of transformers' modules (same math); other models use transformers' (default: on)",
     )
     spec = parser.add_argument_group("speculative decoding")
     spec.add_argument(

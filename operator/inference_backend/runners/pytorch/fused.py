@@ -102,6 +102,7 @@ class FusedLlama:
     or drop_plain() decides which single-row steps use."""
 
     def __init__(self, model: Any, pack: bool) -> None:
+        _own_storage(model)  # before any tensor is captured below
         c = model.config
         inner = model.model
         attn0 = inner.layers[0].self_attn
@@ -223,6 +224,23 @@ def _share(fused: torch.Tensor, *linears: Any) -> None:
         n = lin.weight.shape[0]
         lin.weight = torch.nn.Parameter(fused[start : start + n], requires_grad=False)
         start += n
+
+
+def _own_storage(model: Any) -> None:
+    """Copy every tensor that fusing does not replace (o and down projections, embedding, head, norms, biases) into
+    memory of its own. A model loaded from safetensors holds views of one memory-mapped file: while any of them
+    lives, the whole mapping stays, and every page read to build the fused matrices stays resident beside them."""
+    fused = {id(m.weight) for layer in model.model.layers for m in _fused_inputs(layer)}
+    with torch.no_grad():
+        for module in model.modules():
+            for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+                if id(t) not in fused and t.numel():
+                    t.data = t.data.clone()
+
+
+def _fused_inputs(layer: Any) -> list[Any]:
+    a, m = layer.self_attn, layer.mlp
+    return [a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj]
 
 
 def drop_linears(model: Any) -> None:
