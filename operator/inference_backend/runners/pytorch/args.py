@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fused-forward",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="float32 Llama-shaped models without a draft model: run a lean forward with fused q/k/v and gate/up "
-        "matmuls instead of transformers' modules (same math); other models use transformers' (default: on)",
+        help="CPU, float32, Llama-shaped models without a draft model: run a lean forward with fused q/k/v and "
+        "gate/up matmuls instead of transformers' modules (same math); otherwise transformers' (default: on)",
     )
     spec = parser.add_argument_group("speculative decoding")
     spec.add_argument(

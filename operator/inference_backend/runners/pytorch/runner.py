@@ -109,7 +109,8 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else host_memory_bytes()
     weights = _weight_bytes(model) + (_weight_bytes(draft) if draft is not None else 0)
     pack = args.prepack_weights and packed.available(device, dtype)
-    fused = _fused(model, pack, total) if args.fused_forward and draft is None and dtype == torch.float32 else None
+    cpu_fp32 = device.type == "cpu" and dtype == torch.float32  # where it was measured (CUDA: not verified)
+    fused = _fused(model, pack, total) if args.fused_forward and draft is None and cpu_fp32 else None
     if fused is not None and fused.pack and fused.plain_bytes():
         weights += fused.plain_bytes()  # both forms are held
     per_token = _kv_per_token(model, dtype) + (_kv_per_token(draft, dtype) if draft is not None else 0)
