@@ -5,8 +5,8 @@ logits are computed), then its KV is copied into a free row of the running batch
 right-aligned; per-row position ids and a 2-D attention mask keep every row's math identical to running it alone,
 so greedy output does not depend on the batch. A decode step writes its keys and values in place. Plain greedy
 sequences (no penalties, no logprobs) with a draft model configured run speculative steps on their own (batch of
-one) caches instead. With `fused` (fused.py: Llama-shaped models, no draft model) prefill and decode run its lean
-forward over the same buffers instead of transformers' modules.
+one) caches instead. With `fused` (fused.py: Llama-shaped CPU float32 models, no draft model) decode runs its lean
+forward over the same buffers, and the prompts joining in one step are prefilled together, packed into one row.
 """
 
 from __future__ import annotations
@@ -130,11 +130,12 @@ class TorchBackend:
         return out.cache, out.logits[0, -keep:]
 
     def _prefill_one(self, tokens: list[int]) -> tuple[kvh.KV, torch.Tensor]:
-        start, hit = 0, None
+        start, prefix = 0, None
         if self.prefix_cache is not None:
             start, hit = self.prefix_cache.lookup(tokens)
-        prefix = kvh.from_list(hit, self.config) if hit is not None else None
-        cache, logits = self._forward(self.model, tokens, start if hit is not None else 0, prefix, 1)
+            if hit is not None:
+                prefix = kvh.from_list(hit, self.config)
+        cache, logits = self._forward(self.model, tokens, start, prefix, 1)
         kv = kvh.to_list(cache)
         if self.prefix_cache is not None:
             self.prefix_cache.store(tokens, kv)
@@ -145,22 +146,18 @@ class TorchBackend:
         prompt gets KV buffers of its own ([1, kv heads, n, head dim] per layer; a prefix-cache hit is copied into
         its first columns and only the rest is computed). Returns each prompt's KV and last-position logits."""
         starts, kvs, masks = [], [], []
-        dtype, shape = fused.embed.dtype, (1, fused.kv_heads, 0, fused.head_dim)
         for tokens in prompts:
             n, start, hit = len(tokens), 0, None
             if self.prefix_cache is not None:
-                start, hit = self.prefix_cache.lookup(tokens)
-            kv = [(torch.empty(shape[:2] + (n,) + shape[3:], dtype=dtype, device=self.device),
-                   torch.empty(shape[:2] + (n,) + shape[3:], dtype=dtype, device=self.device))
-                  for _ in fused.layers]  # fmt: skip
+                start, hit = self.prefix_cache.lookup(tokens)  # (0, None) on a miss
+            shape = (1, fused.kv_heads, n, fused.head_dim)
+            kv = [(fused.embed.new_empty(shape), fused.embed.new_empty(shape)) for _ in fused.layers]
             mask = None
-            if hit is not None and start:  # start < n: the prefix cache always leaves the last token to compute
+            if hit is not None:  # start < n: the prefix cache always leaves the last token to compute
                 for (k, v), (pk, pv) in zip(kv, hit, strict=True):
                     k[:, :, :start], v[:, :, :start] = pk[:, :, :start], pv[:, :, :start]
                 cols = torch.arange(n, device=self.device)
                 mask = (cols[None, :] <= cols[start:, None])[None, None]  # query at position p sees keys 0..p
-            else:
-                start = 0
             starts.append(start)
             kvs.append(kv)
             masks.append(mask)
