@@ -98,8 +98,8 @@ class Layer:
 class FusedLlama:
     """The model's weights, regrouped; forward() runs one step for a block of rows over caller-owned KV buffers.
 
-    pack: matrices also reordered once for oneDNN (packed.py says why). Both forms stay until keep_single_row()
-    or drop_plain() decides which single-row steps use."""
+    pack: matrices also reordered once for oneDNN (packed.py says why). Both forms are kept (single-row steps use
+    the plain one) unless the loader calls drop_plain() after single_row_speedup()."""
 
     def __init__(self, model: Any, pack: bool) -> None:
         _own_storage(model)  # before any tensor is captured below
