@@ -32,6 +32,8 @@ def test_flag_sets() -> None:
         "--no-prepack-weights",
         "--fused-forward",
         "--no-fused-forward",
+        "--huge-pages",
+        "--no-huge-pages",
     }
     assert COMMON | pytorch_only <= _flags(pytorch_parser())
     assert COMMON | {"--providers"} <= _flags(onnx_parser())

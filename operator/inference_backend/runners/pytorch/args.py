@@ -33,6 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU, float32, Llama-shaped models without a draft model: run a lean forward with fused q/k/v and "
         "gate/up matmuls instead of transformers' modules (same math); otherwise transformers' (default: on)",
     )
+    parser.add_argument(
+        "--huge-pages",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="CPU: torch allocates every buffer of 2 MiB or more (weights, KV cache) on transparent huge pages "
+        "(THP_MEM_ALLOC_ENABLE; takes effect where the host's /sys/kernel/mm/transparent_hugepage/enabled is madvise "
+        "or always): fewer TLB misses while a decode step streams the weights; see docs/runners.md (default: on)",
+    )
     spec = parser.add_argument_group("speculative decoding")
     spec.add_argument(
         "--draft-model",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -23,6 +25,7 @@ PREFIX_CACHE_SHARE = 0.2  # of the KV budget, when prefix caching is on
 # Prepacked weights: the plain matrices are kept for single-row steps when that runs at least this much faster...
 SINGLE_ROW_GAIN = 1.05
 SINGLE_ROW_MEMORY_SHARE = 0.1  # ...and they take at most this share of the device's memory
+THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 class IncompatibleDraft(ValueError):
@@ -95,9 +98,26 @@ def _fused(model: Any, pack: bool, memory: int) -> fusedmod.FusedLlama | None:
     return fused
 
 
+def huge_pages(mode_file: Path = THP_MODE) -> str:
+    """What --huge-pages does on this host (for the log): torch's allocator advises huge pages where asked to
+    (THP_MEM_ALLOC_ENABLE, set by __main__ before torch was imported); the kernel grants them in modes madvise and
+    always (in always, every large allocation gets them anyway)."""
+    try:
+        mode = next(w.strip("[]") for w in mode_file.read_text().split() if w.startswith("["))
+    except (OSError, StopIteration):
+        mode = "unknown"
+    asked = os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
+    if not asked:
+        return f"not requested (host transparent_hugepage: {mode})"
+    if mode == "never":
+        return "requested, but the host's transparent_hugepage is never: 4 KiB pages"
+    return f"on (host transparent_hugepage: {mode})"
+
+
 def load(args: Any, metrics: Metrics) -> Loaded:
     if args.threads:
         torch.set_num_threads(args.threads)
+    log.info("huge pages for buffers of 2 MiB or more: %s", huge_pages())
     device = pick_device(args.device)
     config = AutoConfig.from_pretrained(args.model)
     dtype = pick_dtype(args.dtype, device, config)
