@@ -6,12 +6,15 @@ transformers runs, and the runner's single-row form), and oneDNN's linear on mat
 (`--prepack-weights`, several batch hints). Best of --reps per cell, one torch thread by default; prints ms per
 forward, GFLOP/s and the weight bytes streamed per second. Asserts nothing.
 
-    PYTHONPATH=operator:testkit:. python -m bench.linear_forms [--rows 1 8 16 32 512] [--threads 1]
+    PYTHONPATH=operator:testkit:. python -m bench.linear_forms [--rows 1 8 16 32 512] [--threads 1] [--no-huge-pages]
+
+--huge-pages (default, as the runner's flag): torch's buffers of 2 MiB or more on transparent huge pages.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 from bench import bench_model
@@ -31,22 +34,24 @@ def shapes() -> list[tuple[int, int]]:
 
 
 def main() -> None:
-    import torch
-    import torch.nn.functional as F
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 16, 32, 512])
     ap.add_argument("--hints", type=int, nargs="+", default=[1, 16, 64], help="oneDNN batch hints to reorder for")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--huge-pages", action=argparse.BooleanOptionalAction, default=True)
     a = ap.parse_args()
+    os.environ["THP_MEM_ALLOC_ENABLE"] = "1" if a.huge_pages else "0"  # before torch is imported (the runner's way)
+    import torch
+    import torch.nn.functional as F
+
     torch.set_num_threads(a.threads)
     gen = torch.Generator().manual_seed(0)
     plain = [torch.randn(n, k, generator=gen) * 0.02 for n, k in shapes()]
     packed = {h: [torch.ops.mkldnn._reorder_linear_weight(w, h) for w in plain] for h in a.hints}
     params = sum(w.numel() for w in plain)
     print(f"# {len(plain)} matrices, {params / 1e6:.1f}M float32 weights ({4 * params / 1e6:.0f} MB), "
-          f"{a.threads} thread(s), best of {a.reps}")  # fmt: skip
+          f"{a.threads} thread(s), best of {a.reps}, huge pages {'on' if a.huge_pages else 'off'}")  # fmt: skip
     forms = ["mkl-plain"] + [f"onednn-packed-{h}" for h in a.hints]
     print("| rows | " + " | ".join(f"{f} ms (GFLOP/s, weight GB/s)" for f in forms) + " |")
     print("| --- |" + " --- |" * len(forms))
