@@ -111,21 +111,51 @@ def no_eos(models: dict[str, Path]) -> Any:
 
 
 @pytest.fixture(scope="session")
-def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """start_server(kind, [args without --host/--port]) -> ready Server; all stopped at session end."""
+def _started() -> Iterator[list[Any]]:
+    """Every server start_server started and has not stopped yet, in start order."""
+    started: list[Any] = []
+    yield started
+    _stop_since(started, 0)
+
+
+def _stop_since(started: list[Any], mark: int) -> None:
+    for srv in reversed(started[mark:]):
+        srv.stop()
+    del started[mark:]
+
+
+@pytest.fixture(scope="session")
+def start_server(tmp_path_factory: pytest.TempPathFactory, _started: list[Any]) -> Any:
+    """start_server(kind, [args without --host/--port]) -> ready Server. A server lives as long as what started it:
+    one started in a test stops when the test ends, one started by a module-scoped fixture when the module ends
+    (every runner holds a few hundred MB: kept to the session's end they added up to this host's 24 GiB)."""
     from ib_testkit.runners import Server  # httpx: only where the heavy modules are (see MISSING)
 
-    started: list[Server] = []
     logs = tmp_path_factory.mktemp("logs")
+    count = 0
 
     def start(kind: str, args: list[str], wait: bool = True) -> Server:
+        nonlocal count
         full = [*args, "--host", "127.0.0.1", "--port", str(free_port())]
-        srv = Server(kind, full, logs / f"server-{len(started)}.log")
-        started.append(srv)
+        srv = Server(kind, full, logs / f"server-{count}.log")
+        count += 1
+        _started.append(srv)
         if wait:
             srv.wait_ready()
         return srv
 
-    yield start
-    for srv in started:
-        srv.stop()
+    return start
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_module_servers(_started: list[Any]) -> Iterator[None]:
+    mark = len(_started)
+    yield
+    _stop_since(_started, mark)
+
+
+@pytest.fixture(autouse=True)
+def _stop_test_servers(_started: list[Any]) -> Iterator[None]:
+    mark = len(_started)  # module-scoped fixtures this test uses are set up before this (higher scope first)
+    yield
+    _stop_since(_started, mark)
