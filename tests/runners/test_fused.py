@@ -128,6 +128,39 @@ def test_fused_matches_transformers(kind: str, forms: str) -> None:
     assert torch.allclose(fl1, pl1, atol=tol, rtol=tol), float((fl1 - pl1).abs().max())
 
 
+def test_rows_of_very_different_lengths_attend_in_groups() -> None:
+    """Short rows beside long ones: decode attention splits the rows into groups that each read only their own
+    window (Slab.groups); tokens and logits stay transformers' (whose rows all read the whole padded window)."""
+    model = model_of("llama")
+    reference = copy.deepcopy(model)
+    backend = TorchBackend(
+        model, CPU, Metrics("t"), fused=fusedmod.FusedLlama(model, packed.available(CPU, torch.float32))
+    )
+    plain = TorchBackend(reference, CPU, Metrics("t"))
+    seen: list[list[tuple[int, int, int]]] = []
+    real = backend.slab.groups
+
+    def spy() -> list[tuple[int, int, int]]:
+        seen.append(real())
+        return seen[-1]
+
+    backend.slab.groups = spy  # type: ignore[method-assign]
+    rnd = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(4, 97, (int(n),), generator=rnd).tolist() for n in (150, 4, 6, 120, 90, 3)]
+    got, want = drive(backend, prompts, 12), drive(plain, prompts, 12)
+    assert max(len(g) for g in seen) > 1, seen
+    for i, p in enumerate(prompts):
+        assert got[i] == want[i], i
+        assert got[i] == reference_greedy(reference, p, len(got[i])), i
+    with torch.inference_mode():
+        a, b = [seq(p) for p in prompts[:4]], [seq(p) for p in prompts[:4]]
+        backend.prefill(a)
+        plain.prefill(b)
+        fl, pl = _step_logits(backend, a), _step_logits(plain, b)
+    assert len(seen[-1]) > 1, seen[-1]
+    assert torch.allclose(fl, pl, atol=1e-4, rtol=1e-4), float((fl - pl).abs().max())
+
+
 def _step_logits(backend: TorchBackend, seqs: list[Sequence]) -> Any:
     captured: list[Any] = []
     if backend.fused is not None:

@@ -4,6 +4,7 @@ row keeps exactly its own keys and values, in order, behind its mask."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")  # IB_REQUIRE_RUNNERS=1 turns these skips into failures
 
+from inference_backend.runners.pytorch import slab as slabmod  # noqa: E402
 from inference_backend.runners.pytorch.slab import Slab  # noqa: E402
 
 LAYERS, HEADS, DIM = 2, 2, 3
@@ -76,3 +78,37 @@ def test_rows_keep_their_own_kv_through_joins_steps_and_leaves() -> None:
                     lengths[s] += 1
                 check(slab, rows, lengths)
     assert next_seq > 20 and slab.valid.shape[0] == 8
+
+
+def _brute_groups(first: list[int]) -> int:
+    """The least cost over every split of the rows into at most MAX_GROUPS consecutive groups."""
+    n, top, best = len(first), max(first), None
+    for cuts in range(1 << (n - 1)):
+        bounds = [0] + [i + 1 for i in range(n - 1) if cuts >> i & 1] + [n]
+        if len(bounds) - 1 > slabmod.MAX_GROUPS:
+            continue
+        cost = sum((b - a) * (top + 1 - min(first[a:b])) + slabmod.GROUP_COST for a, b in itertools.pairwise(bounds))
+        best = cost if best is None else min(best, cost)
+    assert best is not None
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_groups_are_the_cheapest_split(seed: int) -> None:
+    rnd = random.Random(seed)
+    first = [rnd.choice([0, 5, 40, 120, 300]) + rnd.randrange(8) for _ in range(rnd.randint(1, 12))]
+    groups = slabmod._groups(first)
+    assert [a for a, _, _ in groups] == [0, *[b for _, b, _ in groups[:-1]]] and groups[-1][1] == len(first)
+    assert all(col == min(first[a:b]) for a, b, col in groups)  # each group's window holds all its rows' columns
+    top = max(first)
+    cost = sum((b - a) * (top + 1 - col) + slabmod.GROUP_COST for a, b, col in groups)
+    assert cost == _brute_groups(first), (first, groups)
+
+
+def test_groups_follow_joins_and_leaves() -> None:
+    slab = Slab(torch.device("cpu"))
+    slab.join([kv_of(0, range(200)), kv_of(1, range(190)), kv_of(2, range(4)), kv_of(3, range(3))])
+    assert [(a, b) for a, b, _ in slab.groups()] == [(0, 2), (2, 4)]
+    assert slab.groups()[1][2] == slab.end - 4  # the short rows' window starts at the longer one's first column
+    slab.remove([0, 1])  # the long rows leave: one group again, over the short rows' columns only
+    assert slab.groups() == [(0, 2, slab.end - 4)] and slab.start == slab.end - 4

@@ -185,6 +185,7 @@ class TorchBackend:
         return [(kv, logits[j]) for j, kv in enumerate(kvs)]
 
     def _join(self, joining: list[tuple[Sequence, kvh.KV]]) -> None:
+        joining = sorted(joining, key=lambda j: -j[1][0][0].shape[-2])  # longest first: see Slab.groups
         self.slab.join([kv for _, kv in joining])  # after every prefill worked (scheduler isolation)
         self.rows.extend(seq for seq, _ in joining)
 
@@ -219,13 +220,16 @@ class TorchBackend:
         sl, n = self.slab, len(self.rows)
         kv = [(k[:n], v[:n]) for k, v in zip(sl.keys, sl.values, strict=True)]
         mask4 = mask[:, None, None, :]
-        end, window = sl.end, slice(sl.start, sl.end + 1)
+        end = sl.end
+        # each group of rows attends over its own window (Slab.groups): columns before it are padding in its rows
+        groups = [(a, b, slice(col, end + 1), mask4[a:b, :, :, col - sl.start :]) for a, b, col in sl.groups()]
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             keys, values = kv[layer]
             keys[:, :, end : end + 1] = k
             values[:, :, end : end + 1] = v
-            return attention(q, keys[:, :, window], values[:, :, window], mask4)
+            outs = [attention(q[a:b], keys[a:b, :, w], values[a:b, :, w], m) for a, b, w, m in groups]
+            return outs[0] if len(outs) == 1 else torch.cat(outs)
 
         return fused.forward(last, pos, attend)
 

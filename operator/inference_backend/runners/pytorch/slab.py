@@ -14,6 +14,7 @@ return views of the live window (no copies). Only the full-attention cache API i
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -21,6 +22,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 MIN_HEADROOM = 64  # free columns left after the live window when buffers are (re)allocated
+MAX_GROUPS = 4  # row groups attention may be split into (groups())
+GROUP_COST = 96  # one more group's fixed cost, in row-columns of KV read (8 layers' SDPA calls ~ 96 x 2.6 us here)
 
 
 class Slab:
@@ -34,6 +37,7 @@ class Slab:
         self.start = 0
         self.end = 0
         self.cache = SlabCache(self)
+        self._groups: list[tuple[int, int, int]] | None = None
 
     @property
     def width(self) -> int:
@@ -59,6 +63,7 @@ class Slab:
             self.valid[row, end - n : end] = True
             self.start = min(self.start, end - n)
         self.rows = rows
+        self._groups = None
 
     def step(self) -> torch.Tensor:
         """Before a decode step: room for one more column; returns the 2-D mask [rows, width + 1] of the step."""
@@ -85,6 +90,7 @@ class Slab:
         elif gone:
             used = self.valid[: self.rows, self.start : self.end].any(0)
             self.start += int(used.nonzero()[0])  # drop columns that are padding in every row
+        self._groups = None
 
     def _relayout(self, rows: int, width: int, like: KV | None) -> None:
         """New buffers for `rows` rows and `width` live columns, with headroom on both sides (the left for longer
@@ -106,6 +112,48 @@ class Slab:
             valid[:n, end - w : end] = self.valid[:n, s:e]
         self.keys, self.values, self.valid = keys, values, valid
         self.start, self.end = (end - w if n else end), end
+        self._groups = None
+
+    def groups(self) -> list[tuple[int, int, int]]:
+        """Rows split into consecutive groups for attention, each (first row, row after the last, first column any
+        of its rows uses): a group reads only its own rows' window, so rows much shorter than the longest skip the
+        padding columns. Chosen to minimise the KV read (rows x columns) plus GROUP_COST per group, at most
+        MAX_GROUPS; recomputed only when rows join or leave (every row gains one column per step, so the choice
+        holds in between). Rows that join together are placed longest first (TorchBackend._join), which makes
+        groups pay off."""
+        if self._groups is None:
+            self._groups = _groups(self._first_columns())
+        return self._groups
+
+    def _first_columns(self) -> list[int]:
+        live = self.valid[: self.rows, self.start : self.end]
+        return [self.start + c for c in live.to(torch.uint8).argmax(1).tolist()]
+
+
+def _groups(first: list[int]) -> list[tuple[int, int, int]]:
+    """Optimal split of rows 0..n-1 (first[r]: row r's first used column) into at most MAX_GROUPS consecutive groups;
+    a group costs its rows x (columns from its smallest first column to the end, counted from that column as 0) +
+    GROUP_COST. Columns to the end are the same for every group, so `first` alone decides."""
+    n = len(first)
+    if n == 0:
+        return []
+    top = max(first)  # cost of a group = rows x (top + 1 - min first): any common end works
+
+    def cost(a: int, b: int) -> int:
+        return (b - a) * (top + 1 - min(first[a:b])) + GROUP_COST
+
+    best: dict[tuple[int, int], tuple[int, list[int]]] = {}  # (rows covered, groups used) -> (cost, cut points)
+    best[(0, 0)] = (0, [])
+    for g in range(1, MAX_GROUPS + 1):
+        for b in range(1, n + 1):
+            options = [
+                (best[(a, g - 1)][0] + cost(a, b), [*best[(a, g - 1)][1], a]) for a in range(b) if (a, g - 1) in best
+            ]
+            if options:
+                best[(b, g)] = min(options)
+    _, cuts = min(best[(n, g)] for g in range(1, MAX_GROUPS + 1) if (n, g) in best)
+    bounds = [*cuts, n]
+    return [(a, b, min(first[a:b])) for a, b in itertools.pairwise(bounds)]
 
 
 def _margin(width: int) -> int:
