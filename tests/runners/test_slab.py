@@ -105,6 +105,15 @@ def test_groups_are_the_cheapest_split(seed: int) -> None:
     assert cost == _brute_groups(first), (first, groups)
 
 
+def test_groups_of_a_large_batch_cover_it() -> None:
+    rnd = random.Random(7)
+    first = sorted(rnd.randrange(500) for _ in range(300))  # 300 rows: cuts only at 32 evenly spaced rows
+    groups = slabmod._groups(first)
+    assert groups[0][0] == 0 and groups[-1][1] == 300 and 1 < len(groups) <= slabmod.MAX_GROUPS
+    assert all(b == c for (_, b, _), (c, _, _) in itertools.pairwise(groups))
+    assert all(col == min(first[a:b]) for a, b, col in groups)
+
+
 def test_groups_follow_joins_and_leaves() -> None:
     slab = Slab(torch.device("cpu"))
     slab.join([kv_of(0, range(200)), kv_of(1, range(190)), kv_of(2, range(4)), kv_of(3, range(3))])

@@ -23,6 +23,7 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 KV = list[tuple[torch.Tensor, torch.Tensor]]
 MIN_HEADROOM = 64  # free columns left after the live window when buffers are (re)allocated
 MAX_GROUPS = 4  # row groups attention may be split into (groups())
+MAX_CUTS = 32  # candidate group boundaries: every row up to this many rows, evenly spaced ones beyond
 GROUP_COST = 96  # one more group's fixed cost, in row-columns of KV read (8 layers' SDPA calls ~ 96 x 2.6 us here)
 
 
@@ -131,29 +132,36 @@ class Slab:
 
 
 def _groups(first: list[int]) -> list[tuple[int, int, int]]:
-    """Optimal split of rows 0..n-1 (first[r]: row r's first used column) into at most MAX_GROUPS consecutive groups;
-    a group costs its rows x (columns from its smallest first column to the end, counted from that column as 0) +
-    GROUP_COST. Columns to the end are the same for every group, so `first` alone decides."""
+    """The cheapest split of rows 0..n-1 (first[r]: row r's first used column) into at most MAX_GROUPS consecutive
+    groups; a group costs its rows x (columns from its smallest first column to a common end) + GROUP_COST. Exact up
+    to MAX_CUTS rows; a larger batch is cut only at MAX_CUTS evenly spaced rows (O(MAX_GROUPS x MAX_CUTS^2) either
+    way, so a join into a batch of hundreds stays cheap)."""
     n = len(first)
     if n == 0:
         return []
-    top = max(first)  # cost of a group = rows x (top + 1 - min first): any common end works
-
-    def cost(a: int, b: int) -> int:
-        return (b - a) * (top + 1 - min(first[a:b])) + GROUP_COST
-
-    best: dict[tuple[int, int], tuple[int, list[int]]] = {}  # (rows covered, groups used) -> (cost, cut points)
-    best[(0, 0)] = (0, [])
+    cuts = list(range(n + 1)) if n <= MAX_CUTS else sorted({n * i // MAX_CUTS for i in range(MAX_CUTS + 1)})
+    mins = [min(first[a:b]) for a, b in itertools.pairwise(cuts)]  # per chunk between candidate cuts
+    top, m = max(first), len(mins)
+    inf = float("inf")
+    best = [[inf] * (m + 1) for _ in range(MAX_GROUPS + 1)]  # best[g][j]: chunks [0, j) in g groups
+    back = [[0] * (m + 1) for _ in range(MAX_GROUPS + 1)]  # where that last group starts
+    best[0][0] = 0
     for g in range(1, MAX_GROUPS + 1):
-        for b in range(1, n + 1):
-            options = [
-                (best[(a, g - 1)][0] + cost(a, b), [*best[(a, g - 1)][1], a]) for a in range(b) if (a, g - 1) in best
-            ]
-            if options:
-                best[(b, g)] = min(options)
-    _, cuts = min(best[(n, g)] for g in range(1, MAX_GROUPS + 1) if (n, g) in best)
-    bounds = [*cuts, n]
-    return [(a, b, min(first[a:b])) for a, b in itertools.pairwise(bounds)]
+        for j in range(1, m + 1):
+            low = top
+            for i in range(j - 1, -1, -1):  # the last group is chunks [i, j); `low` its smallest first column
+                low = min(low, mins[i])
+                cost = best[g - 1][i] + (cuts[j] - cuts[i]) * (top + 1 - low) + GROUP_COST
+                if cost < best[g][j]:
+                    best[g][j], back[g][j] = cost, i
+    g = min(range(1, MAX_GROUPS + 1), key=lambda k: best[k][m])  # the fewest groups among equally cheap splits
+    bounds, j = [m], m
+    while g:
+        j = back[g][j]
+        bounds.append(j)
+        g -= 1
+    rows = [cuts[c] for c in reversed(bounds)]
+    return [(a, b, min(first[a:b])) for a, b in itertools.pairwise(rows)]
 
 
 def _margin(width: int) -> int:
