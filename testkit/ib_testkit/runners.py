@@ -14,6 +14,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -67,6 +68,27 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class Collector:
+    """A GenRequest's callback for in-process tests: its TokenEvents, gathered on the engine thread; on_first runs
+    when the first event arrives, done is set at the last."""
+
+    def __init__(self, on_first: Any = None) -> None:
+        self.events: list[Any] = []
+        self.done = threading.Event()
+        self.on_first = on_first
+
+    def __call__(self, ev: Any) -> None:
+        if not self.events and self.on_first is not None:
+            self.on_first()
+        self.events.append(ev)
+        if ev.finish_reason is not None:
+            self.done.set()
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for ev in self.events for t in ev.token_ids]
 
 
 def workload(n: int = 32, seed: int = 0, vocab: int = 320) -> list[tuple[list[int], int]]:

@@ -13,7 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from inference_backend.runners.common.engine import GenRequest, SamplingParams, TokenEvent
+from ib_testkit.runners import Collector
+from inference_backend.runners.common.engine import GenRequest, SamplingParams
 
 CUDA_ERROR = "CUDA error: an illegal memory access was encountered"
 
@@ -63,31 +64,19 @@ def test_a_broken_device_fails_every_request_and_health_turns_503(models: dict[s
 
             # Two requests running (the batch is full at 2) and one waiting when the device breaks.
             names = ("run-1", "run-2", "queued")
-            events: dict[str, list[TokenEvent]] = {name: [] for name in names}
-            done = {name: threading.Event() for name in names}
             started = threading.Semaphore(0)
-
-            def collect(name: str) -> Any:
-                def emit(ev: TokenEvent) -> None:
-                    if not events[name] and ev.token_ids:
-                        started.release()
-                    events[name].append(ev)
-                    if ev.finish_reason is not None:
-                        done[name].set()
-
-                return emit
-
+            got = {name: Collector(on_first=started.release) for name in names}
             params = SamplingParams(400, 0.0, ignore_eos=True)
             for name in names:
-                engine.submit(GenRequest(name, [1, 5, 9, 13], params, collect(name)))
+                engine.submit(GenRequest(name, [1, 5, 9, 13], params, got[name]))
             assert started.acquire(timeout=60) and started.acquire(timeout=60)
-            assert not events["queued"]  # still waiting for a place in the batch
+            assert not got["queued"].events  # still waiting for a place in the batch
             broken.set()
             for name in names:
-                assert done[name].wait(60), name
-                last = events[name][-1]
+                assert got[name].done.wait(60), name
+                last = got[name].events[-1]
                 assert last.finish_reason == "error" and last.error is not None and CUDA_ERROR in last.error, last
-            assert events["queued"] == [events["queued"][-1]]  # it never ran
+            assert len(got["queued"].events) == 1  # it never ran
 
             health = client.get("/health")
             assert health.status_code == 503, health.text

@@ -10,15 +10,14 @@ stops promptly on SIGTERM.
 from __future__ import annotations
 
 import signal
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from ib_testkit.runners import SERVERS, complete, metric, workload
-from inference_backend.runners.common.engine import GenRequest, SamplingParams, TokenEvent
+from ib_testkit.runners import SERVERS, Collector, complete, metric, workload
+from inference_backend.runners.common.engine import GenRequest, SamplingParams
 
 OVERFLOW = 5e-324  # logits / temperature overflow to inf: softmax gives NaN, the sampler raises
 
@@ -39,26 +38,6 @@ ENGINES = [
         id="onnx-genai-generator-dynamic",
     ),
 ]
-
-
-class Collector:
-    """A GenRequest's events, gathered on the engine thread; on_first runs when the first tokens arrive."""
-
-    def __init__(self, on_first: Any = None) -> None:
-        self.events: list[TokenEvent] = []
-        self.done = threading.Event()
-        self.on_first = on_first
-
-    def __call__(self, ev: TokenEvent) -> None:
-        if not self.events and self.on_first is not None:
-            self.on_first()
-        self.events.append(ev)
-        if ev.finish_reason is not None:
-            self.done.set()
-
-    @property
-    def tokens(self) -> list[int]:
-        return [t for ev in self.events for t in ev.token_ids]
 
 
 def _load(kind: str, flags: list[str], model: Path) -> Any:
