@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the chart's Grafana dashboards, charts/inference-backend/files/dashboards/*.json:
 
-- inference-backend-operator.json: the operator's own metrics (operator/inference_backend/metrics.py);
+- inference-backend-operator.json: the operator's own metrics (operator/inference_backend/controller/metrics.py);
 - inference-backend-engines.json: the engines the operator runs, each meaning read under every engine's own metric
   name (docs/metrics.md), per backend (namespace, app_kubernetes_io_instance: the labels the chart's PodMonitor and
   annotation discovery give the engine pods).

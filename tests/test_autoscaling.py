@@ -19,13 +19,15 @@ from ib_testkit.factories import MODELS, node
 from inference_backend import autoscaling
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
 from inference_backend.capacity import GpuLedger
+from inference_backend.controller.reconcile import Recent, reconcile
+from inference_backend.controller.world import Child, World
 from inference_backend.decision import InvalidSpec
 from inference_backend.engines import CARDS, REGISTRY, check_spec
 from inference_backend.facts import group_nodes
 from inference_backend.manifests import load, registry
-from inference_backend.reconcile import APPLIED_HASH, REPLICAS_OWNER, Child, Recent, World, reconcile
 from inference_backend.render import render, selector_string
 from inference_backend.selection import select
+from inference_backend.vocabulary import APPLIED_HASH, REPLICAS_OWNER
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError

@@ -9,9 +9,10 @@ from typing import Any
 
 from ib_testkit.factories import MODELS, node
 from inference_backend.capacity import GpuLedger
+from inference_backend.controller.reconcile import Recent, reconcile
+from inference_backend.controller.state import Indexes, OperatorState
+from inference_backend.controller.world import Child, World, slim_child
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import Child, Recent, World, reconcile, slim_child
-from inference_backend.state import Indexes, OperatorState
 
 SPEC = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"accelerator": "gpu"}}
 

@@ -457,7 +457,7 @@ def _serve(code: str, port: int, cwd: Path) -> subprocess.Popen[bytes]:
 OPERATOR_METRICS = """
 import sys, time
 from prometheus_client import start_http_server
-import inference_backend.metrics  # the operator's metrics, registered as run.py's handlers import registers them
+import inference_backend.controller.metrics  # the operator's metrics, registered as run.py's handlers import does
 start_http_server(int(sys.argv[1]))  # what run.py does for --metrics-port
 time.sleep(120)
 """

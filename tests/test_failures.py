@@ -13,10 +13,11 @@ import httpx2 as httpx
 import pytest
 from ib_testkit.factories import node
 from inference_backend import status
+from inference_backend.controller.kube import describe_error
+from inference_backend.controller.reconcile import ReconcileFailure, reconcile
+from inference_backend.controller.state import Indexes, OperatorState
+from inference_backend.controller.world import World
 from inference_backend.facts import group_nodes
-from inference_backend.kube import describe_error
-from inference_backend.reconcile import ReconcileFailure, World, reconcile
-from inference_backend.state import Indexes, OperatorState
 from lightkube.core.exceptions import ApiError
 
 REFUSED = {

@@ -15,7 +15,8 @@ from ib_testkit.golden import INPUTS, decide, render_text
 from inference_backend import images
 from inference_backend.engines import REGISTRY
 from inference_backend.engines.artifacts import OPERATOR_IMAGE
-from inference_backend.render import SPEC_HASH_ANNOTATION, render_result, to_yaml
+from inference_backend.render import render_result, to_yaml
+from inference_backend.vocabulary import SPEC_HASH
 
 CASES = sorted(INPUTS.glob("*.yaml"))
 DIGEST = "sha256:" + "ab" * 32
@@ -112,7 +113,7 @@ def test_the_policy_reaches_every_pod_template(path: Path) -> None:
             key = {v: k for k, v in images.CATALOG.items()}[b["image"]]
             assert a["image"].startswith(MIRROR + "/"), (key, a["image"])
             assert a["image"].endswith("@" + DIGEST) == (key in digests), (key, a["image"])
-        hashes = [t["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for t in (before, after)]
+        hashes = [t["metadata"]["annotations"][SPEC_HASH] for t in (before, after)]
         assert hashes[0] != hashes[1], "the hash covers the images, so changing the policy rolls the pods"
 
 

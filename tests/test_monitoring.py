@@ -271,7 +271,7 @@ def _operator_metric_names() -> set[str]:
 
 def test_every_metric_name_in_the_dashboards_and_rules_exists() -> None:
     """Operator names against the operator's registry; engine names against docs/metrics.md's table."""
-    import inference_backend.metrics  # noqa: F401  (registers the operator's families)
+    import inference_backend.controller.metrics  # noqa: F401  (registers the operator's families)
 
     operator = _operator_metric_names()
     doc = (ROOT / "docs/metrics.md").read_text()

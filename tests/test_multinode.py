@@ -13,9 +13,11 @@ import pytest
 from ib_testkit.factories import MODELS, node
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger
+from inference_backend.controller.reconcile import CRD_RECHECK, Recent, reconcile
+from inference_backend.controller.state import Indexes, OperatorState
+from inference_backend.controller.world import Child, World, slim_child
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, CRD_RECHECK, Child, Recent, World, reconcile, slim_child
-from inference_backend.state import Indexes, OperatorState
+from inference_backend.vocabulary import APPLIED_HASH
 from lightkube.core.exceptions import ApiError
 
 H100 = ("nvidia.com/gpu", (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),))

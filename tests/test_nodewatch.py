@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ib_testkit.factories import node
-from inference_backend.nodewatch import NodeClasses
+from inference_backend.controller.nodewatch import NodeClasses
 
 
 def test_new_nodes_bump_the_version_without_asking_for_a_reselection() -> None:

@@ -3,9 +3,9 @@ phase change and removed with the backend; the TTFT objective in seconds while t
 
 from __future__ import annotations
 
-from inference_backend import metrics
+from inference_backend.controller import metrics
+from inference_backend.controller.state import _ttft_millis
 from inference_backend.names import label_value
-from inference_backend.state import _ttft_millis
 from prometheus_client import REGISTRY
 
 

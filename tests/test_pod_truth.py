@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from inference_backend.controller.reconcile import Outcome
+from inference_backend.controller.state import Indexes, OperatorState
 from inference_backend.pods import MAX_MESSAGE, MAX_PROBLEMS, PodProblem, PodSummary, owner, summarize, worst
-from inference_backend.reconcile import Outcome
-from inference_backend.state import Indexes, OperatorState
 from inference_backend.status import Observed
 
 from tests.test_status import GOOD, conds, make

@@ -12,8 +12,10 @@ from typing import Any
 
 from ib_testkit.factories import MODELS, node
 from inference_backend.capacity import GpuLedger
+from inference_backend.controller.reconcile import Recent, reconcile
+from inference_backend.controller.world import Child, World
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, Child, Recent, World, reconcile
+from inference_backend.vocabulary import APPLIED_HASH
 
 
 class Recorder:
@@ -199,7 +201,7 @@ def test_gpu_ledger_equals_the_sum_over_children_through_any_updates() -> None:
 
 
 def test_child_signature_moves_with_readiness_not_with_bookkeeping() -> None:
-    from inference_backend.reconcile import child_signature, slim_child
+    from inference_backend.controller.world import child_signature, slim_child
 
     pod = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "containers": [
         {"args": ["--long"] * 50, "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}}}]}  # fmt: skip

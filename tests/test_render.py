@@ -12,8 +12,9 @@ from inference_backend.api import InferenceBackend
 from inference_backend.cli import main
 from inference_backend.facts import group_nodes
 from inference_backend.manifests import load, registry
-from inference_backend.render import SPEC_HASH_ANNOTATION, object_names, render, render_result, to_yaml
+from inference_backend.render import object_names, render, render_result, to_yaml
 from inference_backend.selection import select
+from inference_backend.vocabulary import SPEC_HASH
 
 EXAMPLES = sorted(p for p in (ROOT / "docs" / "examples").glob("*.yaml") if p.name != "models.yaml")
 NODE_LISTS = sorted((ROOT / "docs" / "examples" / "nodes").glob("*.yaml"))
@@ -68,7 +69,7 @@ def test_hash_annotation_matches_template() -> None:
     assert isinstance(ib, InferenceBackend)
     result = render_result(ib, decision)
     deploy = result.objects[0]
-    assert deploy["spec"]["template"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == result.spec_hash
+    assert deploy["spec"]["template"]["metadata"]["annotations"][SPEC_HASH] == result.spec_hash
 
 
 def test_objects_pdb_strategy_labels() -> None:
@@ -143,4 +144,4 @@ def test_engine_pods_carry_scrape_annotations_unless_the_operator_is_told_a_pod_
     (dep_off,) = [o for o in off if o["kind"] == "Deployment"]
     assert dep_on["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
     assert not any(k.startswith("prometheus.io/") for k in dep_off["spec"]["template"]["metadata"]["annotations"])
-    assert SPEC_HASH_ANNOTATION in dep_off["spec"]["template"]["metadata"]["annotations"]
+    assert SPEC_HASH in dep_off["spec"]["template"]["metadata"]["annotations"]

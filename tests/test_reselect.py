@@ -10,9 +10,11 @@ import asyncio
 from typing import Any
 
 from ib_testkit.factories import MODELS, node
+from inference_backend.controller.reconcile import Outcome, Recent, reconcile
+from inference_backend.controller.world import Child, World
 from inference_backend.facts import group_nodes
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, summarize
-from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, World, reconcile
+from inference_backend.vocabulary import APPLIED_HASH
 
 T0 = 1_800_000_000.0
 STAMP = "2027-01-15T08:00:00Z"  # T0

@@ -11,11 +11,13 @@ import pytest
 from ib_testkit.factories import MODELS, node
 from inference_backend.api import InferenceBackend
 from inference_backend.capacity import GpuLedger
+from inference_backend.controller.reconcile import Outcome, Recent, reconcile
+from inference_backend.controller.world import Child, World, slim_child
 from inference_backend.facts import group_nodes
-from inference_backend.reconcile import APPLIED_HASH, Child, Outcome, Recent, World, reconcile, slim_child
 from inference_backend.render import render
 from inference_backend.rollout import Live, choose
 from inference_backend.selection import select
+from inference_backend.vocabulary import APPLIED_HASH
 
 GPU = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"accelerator": "gpu"}}
 A10G = ("nvidia.com/gpu", (("nvidia.com/gpu.product", "NVIDIA-A10G"),))

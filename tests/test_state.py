@@ -7,8 +7,8 @@ import asyncio
 import logging
 import types
 
-from inference_backend import handlers, state
-from inference_backend.state import ALL, Indexes, OperatorState
+from inference_backend.controller import handlers, state
+from inference_backend.controller.state import ALL, Indexes, OperatorState
 
 SHARED_CONSTANTS = {"MANAGED"}  # kopf's label filter: read by its decorators at import, never written
 

@@ -27,7 +27,7 @@ def _strings(node: ast.AST) -> set[str]:
 def operator_reasons() -> dict[str, str]:
     """Every reason string the operator writes, with the file:line of one place that writes it."""
     found: dict[str, str] = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted([*PACKAGE.glob("*.py"), *PACKAGE.glob("controller/*.py")]):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             hits: set[str] = set()

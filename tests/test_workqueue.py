@@ -7,7 +7,7 @@ import asyncio
 import random
 
 import pytest
-from inference_backend.workqueue import Backoff, WorkQueue
+from inference_backend.controller.workqueue import Backoff, WorkQueue
 
 
 def run(coro):  # type: ignore[no-untyped-def]

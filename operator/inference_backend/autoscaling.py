@@ -27,11 +27,10 @@ from inference_backend.decision import InvalidSpec
 from inference_backend.engines import card
 from inference_backend.engines.card import ScalingSignal
 from inference_backend.names import label_value
+from inference_backend.vocabulary import KEDA_API_VERSION
 
 Json = dict[str, Any]
-KEDA_API_VERSION = "keda.sh/v1alpha1"
 SCALED_OBJECT = "ScaledObject"
-KEDA_CRD = "scaledobjects.keda.sh"
 DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 """The Service the Prometheus Operator creates for every Prometheus (prometheus-operated), in the namespace
 kube-prometheus installs into; the operator's --prometheus-address (Helm autoscaling.prometheusAddress) sets

@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("operator", help="run the operator (kopf) against the current kubeconfig or in-cluster")
     op.set_defaults(func=cmd_operator)
     try:
-        from inference_backend.run import add_arguments
+        from inference_backend.controller.run import add_arguments
     except ImportError:  # the operator extra is not installed: the offline commands still work
         return parser
     add_arguments(op)
@@ -192,7 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    from inference_backend.run import run
+    from inference_backend.controller.run import run
 
     return run(args)
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from inference_backend.api.common import GROUP
 from inference_backend.api.crd import inference_backend_crd as _ib_crd
 from inference_backend.api.crd import model_crd
 from inference_backend.engines import REGISTRY
 from inference_backend.engines.rules import spec_rules
+from inference_backend.vocabulary import GROUP
 
 __all__ = ["inference_backend_crd", "main", "model_crd", "render_all"]
 

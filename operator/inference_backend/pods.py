@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_backend.api.common import GROUP
+from inference_backend.vocabulary import INSTANCE_LABEL, SPEC_HASH
 
 MAX_MESSAGE = 512
 MAX_PROBLEMS = 4
@@ -47,8 +47,6 @@ class PodSummary:
 
 
 VOLUME_WORDS = ("persistentvolumeclaim", "volume")
-SPEC_HASH = f"{GROUP}/spec-hash"
-"""render.SPEC_HASH_ANNOTATION (render sits above this module in the layers)."""
 
 
 def _epoch(stamp: Any) -> float | None:
@@ -77,7 +75,7 @@ def owner(pod: Mapping[str, Any]) -> tuple[str, str] | None:
         name = str(ref.get("name") or "")
         if ref.get("kind") == "ReplicaSet" and len(suffix) > 1 and name.endswith(suffix):
             return str(meta.get("namespace")), name[: -len(suffix)]
-    instance = labels.get("app.kubernetes.io/instance")
+    instance = labels.get(INSTANCE_LABEL)
     return (str(meta.get("namespace")), str(instance)) if instance else None
 
 

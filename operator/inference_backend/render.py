@@ -25,18 +25,28 @@ from inference_backend.facts import pod_selector, tolerates
 from inference_backend.names import dns1035_label, endpoint, label_value, service_name
 from inference_backend.quantity import GIB, parse_quantity
 from inference_backend.rollout import strategy
+from inference_backend.vocabulary import (
+    BACKEND_LABEL,
+    COMPONENT,
+    COMPONENT_LABEL,
+    GROUP_KEY_LABEL,
+    HOSTNAME_LABEL,
+    INSTANCE_LABEL,
+    LWS_API_VERSION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    PART_OF,
+    PART_OF_LABEL,
+    SCRAPE_ANNOTATION,
+    SCRAPE_PATH_ANNOTATION,
+    SCRAPE_PORT_ANNOTATION,
+    SPEC_HASH,
+    WORKER_COMPONENT,
+    WORKER_INDEX_LABEL,
+)
 
 Json = dict[str, Any]
-GROUP = "serving.inferencebackend.io"
-SPEC_HASH_ANNOTATION = f"{GROUP}/spec-hash"
-BACKEND_LABEL = f"{GROUP}/backend"
-MANAGED_BY = "inference-backend-operator"
-PART_OF = "inference-backend"
-COMPONENT = "inference-server"
-WORKER_COMPONENT = "inference-worker"
-"""The component label of a LeaderWorkerSet's worker pods: they serve no API, so no Service selecting
-``COMPONENT`` (ours, or the one kept serving while a Deployment is replaced by a LeaderWorkerSet) ever sends them
-requests."""
 TERMINATION_GRACE_SECONDS = 60
 """Time for in-flight generations to finish after SIGTERM (the engines stop admitting and drain)."""
 
@@ -71,19 +81,19 @@ def selector_labels(ib: InferenceBackend) -> dict[str, str]:
 
 def selector_of(name: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/instance": label_value(name),
-        "app.kubernetes.io/component": COMPONENT,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
+        INSTANCE_LABEL: label_value(name),
+        COMPONENT_LABEL: COMPONENT,
+        MANAGED_BY_LABEL: MANAGED_BY,
     }
 
 
 def labels(ib: InferenceBackend, engine: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": engine,
-        "app.kubernetes.io/instance": label_value(ib.metadata.name),
-        "app.kubernetes.io/component": COMPONENT,
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/part-of": PART_OF,
+        NAME_LABEL: engine,
+        INSTANCE_LABEL: label_value(ib.metadata.name),
+        COMPONENT_LABEL: COMPONENT,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        PART_OF_LABEL: PART_OF,
         BACKEND_LABEL: engine,
     }
 
@@ -91,7 +101,7 @@ def labels(ib: InferenceBackend, engine: str) -> dict[str, str]:
 def spec_hash(pod_template: Json) -> str:
     """sha256 over the canonical JSON (sorted keys, no whitespace) of the pod template, without the hash."""
     tpl = json.loads(json.dumps(pod_template))
-    tpl.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH_ANNOTATION, None)
+    tpl.get("metadata", {}).get("annotations", {}).pop(SPEC_HASH, None)
     canonical = json.dumps(tpl, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -241,9 +251,9 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
 
     pod_annotations = (
         {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(c.metrics_port),
-            "prometheus.io/path": c.metrics_path,
+            SCRAPE_ANNOTATION: "true",
+            SCRAPE_PORT_ANNOTATION: str(c.metrics_port),
+            SCRAPE_PATH_ANNOTATION: c.metrics_path,
         }
         if scaling.scrape_annotations
         else {}
@@ -300,7 +310,7 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     if decision.placement.multi_node:
         return _multi_node(ib, decision, c, template, image_policy)
     digest = spec_hash(template)
-    template["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
+    template["metadata"]["annotations"][SPEC_HASH] = digest
 
     deploy_spec: Json = {} if spec.autoscaling is not None else {"replicas": spec.replicas}
     deploy_spec["selector"] = {"matchLabels": selector_labels(ib)}
@@ -351,17 +361,6 @@ def _service_and_pdb(ib: InferenceBackend, c: EngineContainer, lbl: dict[str, st
     return objects
 
 
-LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-LWS_LABEL = "leaderworkerset.sigs.k8s.io"
-WORKER_INDEX_LABEL = f"{LWS_LABEL}/worker-index"
-"""Set on every pod of a LeaderWorkerSet by its controller (sigs.k8s.io/lws v0.7.0,
-api/leaderworkerset/v1/leaderworkerset_types.go WorkerIndexLabelKey); "0" on the leader."""
-GROUP_KEY_LABEL = f"{LWS_LABEL}/group-key"
-"""The unique hash of a group, set on its leader by LWS's pod webhook and copied to its workers
-(GroupUniqueHashLabelKey, pkg/webhooks/pod_webhook.go)."""
-HOSTNAME = "kubernetes.io/hostname"
-
-
 def _spread(template: Json, ib: InferenceBackend) -> None:
     """The pods of one group on distinct nodes: a required pod anti-affinity on kubernetes.io/hostname against this
     backend's pods with the same group key (``matchLabelKeys``: the apiserver adds the pod's own group-key value to
@@ -372,10 +371,10 @@ def _spread(template: Json, ib: InferenceBackend) -> None:
     affinity on the group key plus an anti-affinity against other groups), so with kubernetes.io/hostname it would
     try to put a whole group on one node, the opposite of what a replica larger than a node needs."""
     term = {
-        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": label_value(ib.metadata.name),
-                                          "app.kubernetes.io/managed-by": MANAGED_BY}},
+        "labelSelector": {"matchLabels": {INSTANCE_LABEL: label_value(ib.metadata.name),
+                                          MANAGED_BY_LABEL: MANAGED_BY}},
         "matchLabelKeys": [GROUP_KEY_LABEL],
-        "topologyKey": HOSTNAME,
+        "topologyKey": HOSTNAME_LABEL,
     }  # fmt: skip
     affinity = template["spec"].setdefault("affinity", {})
     affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
@@ -411,10 +410,10 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
     worker["spec"]["containers"] = images.apply({"containers": [main]}, image_policy)["containers"]
     # only the leader serves HTTP metrics (vLLM's headless workers serve nothing; SGLang's a health check)
     worker["metadata"]["annotations"] = {}
-    worker["metadata"]["labels"]["app.kubernetes.io/component"] = WORKER_COMPONENT
+    worker["metadata"]["labels"][COMPONENT_LABEL] = WORKER_COMPONENT
     digest = _group_hash(leader, worker)
     for tpl in (leader, worker):
-        tpl["metadata"]["annotations"][SPEC_HASH_ANNOTATION] = digest
+        tpl["metadata"]["annotations"][SPEC_HASH] = digest
     namespace = ib.metadata.namespace or "default"
     lws: Json = {
         "apiVersion": LWS_API_VERSION,

@@ -24,7 +24,6 @@ NODE_SETS = ROOT / "e2e/nodes"
 SA = "inference-backend"
 SYSTEM_NS = "ib-system"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-GROUP = "serving.inferencebackend.io"
 BAD_IMAGE = "registry.invalid/ib-e2e/no-such-image:0"
 """The one image KWOK reports as not pullable (e2e/kwok/stages.yaml, stage pod-image-pull-backoff)."""
 

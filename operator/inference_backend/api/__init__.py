@@ -4,13 +4,13 @@ The CRD YAML in ``crds/`` is generated from these models by :mod:`inference_back
 (schema machinery in :mod:`inference_backend.api.crd`).
 """
 
-from inference_backend.api.common import API_VERSION, GROUP, VERSION
 from inference_backend.api.inferencebackend import (
     InferenceBackend,
     InferenceBackendSpec,
     InferenceBackendStatus,
 )
 from inference_backend.api.model import Model, ModelSpec
+from inference_backend.vocabulary import API_VERSION, GROUP, VERSION
 
 __all__ = [
     "API_VERSION",

@@ -13,10 +13,6 @@ from inference_backend.names import DNS1123_SUBDOMAIN, LABEL_VALUE
 from inference_backend.quantity import PARAMETERS_PATTERN as PARAMETERS_PATTERN
 from inference_backend.quantity import QUANTITY_MAX, QUANTITY_PATTERN, parse_quantity
 
-GROUP = "serving.inferencebackend.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
 Format = Literal["safetensors", "gguf", "onnx", "pytorch"]
 DType = Literal["float32", "float16", "bfloat16", "fp8", "int8", "int4"]
 # Weight quantization schemes. GPU schemes (awq, gptq, fp8, int8, bitsandbytes) apply to safetensors checkpoints,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.inferencebackend import InferenceBackendSpec, InferenceBackendStatus
 from inference_backend.api.model import ModelSpec
 from inference_backend.names import MAX_NAME
+from inference_backend.vocabulary import GROUP, PART_OF, PART_OF_LABEL, VERSION
 
 NAME_RULE = {
     "rule": f"self.metadata.name.size() <= {MAX_NAME}",
@@ -130,7 +130,7 @@ def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{plural}.{GROUP}",
-            "labels": {"app.kubernetes.io/part-of": "inference-backend"},
+            "labels": {PART_OF_LABEL: PART_OF},
         },
         "spec": {
             "group": GROUP,

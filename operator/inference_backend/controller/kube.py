@@ -20,19 +20,22 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.types import CascadeType, PatchType
 
-from inference_backend.api.common import API_VERSION, GROUP, VERSION
+from inference_backend.vocabulary import (
+    API_VERSION,
+    FIELD_MANAGER,
+    GROUP,
+    HANDOFF_MANAGER,
+    KEDA_GROUP,
+    KEDA_VERSION,
+    LWS_GROUP,
+    LWS_PLURAL,
+    LWS_VERSION,
+    VERSION,
+)
 
-FIELD_MANAGER = "inference-backend"
-HANDOFF_MANAGER = "inference-backend-handoff"
-"""The field manager that holds a Deployment's replicas for the moment the operator's own apply drops them (when
-spec.autoscaling is turned on), so dropping them does not reset them to the default; the autoscaler's first
-write takes them over (Kubernetes "Server-Side Apply", Transferring ownership)."""
 IBResource = create_namespaced_resource(GROUP, VERSION, "InferenceBackend", "inferencebackends")
-ScaledObjectResource = create_namespaced_resource("keda.sh", "v1alpha1", "ScaledObject", "scaledobjects")
+ScaledObjectResource = create_namespaced_resource(KEDA_GROUP, KEDA_VERSION, "ScaledObject", "scaledobjects")
 """KEDA's ScaledObject (keda.sh/v1alpha1), registered so its manifests load; the CRD may be absent (404)."""
-LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
-LWS_CRD = f"{LWS_PLURAL}.{LWS_GROUP}"
-"""The LeaderWorkerSet CRD (sigs.k8s.io/lws) a multi-node placement needs; absent on clusters without LWS."""
 # Registered with lightkube so codecs.from_dict knows the kind; the apiserver answers 404 when the CRD is absent.
 LWSResource = create_namespaced_resource(LWS_GROUP, LWS_VERSION, "LeaderWorkerSet", LWS_PLURAL)
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""`inference-backend operator`: run the kopf operator (handlers in :mod:`inference_backend.handlers`)."""
+"""`inference-backend operator`: run the kopf operator (handlers in :mod:`inference_backend.controller.handlers`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 
 from inference_backend import images
 from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
-from inference_backend.reconcile import UNSCHEDULABLE_GRACE
+from inference_backend.controller.world import UNSCHEDULABLE_GRACE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from inference_backend import handlers  # noqa: F401  (registers the handlers)
+    from inference_backend.controller import handlers  # noqa: F401  (registers the handlers)
 
     try:
         policy = images.from_args(args)

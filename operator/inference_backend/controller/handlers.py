@@ -1,4 +1,5 @@
-"""Thin kopf handlers over one state object (:class:`inference_backend.state.OperatorState`, in kopf's ``memo``).
+"""Thin kopf handlers over one state object (:class:`inference_backend.controller.state.OperatorState`, in kopf's
+``memo``).
 
 - the startup handler builds the state (with the indexes kopf hands to startup handlers) and starts its node watch
   and work queue; the cleanup handler cancels and awaits every task it started;
@@ -23,18 +24,29 @@ from typing import Any, cast
 import kopf
 
 from inference_backend import autoscaling, images
-from inference_backend.api.common import GROUP, VERSION
 from inference_backend.api.model import ModelSpec
-from inference_backend.kube import LWS_GROUP, LWS_PLURAL, LWS_VERSION
+from inference_backend.controller.state import Indexes, OperatorState
+from inference_backend.controller.world import UNSCHEDULABLE_GRACE, Child, slim_child
 from inference_backend.pods import PodSummary, owner, summarize
-from inference_backend.reconcile import APPLIED_HASH, REPLICAS_OWNER, UNSCHEDULABLE_GRACE, Child, slim_child
-from inference_backend.render import COMPONENT, MANAGED_BY, WORKER_COMPONENT
-from inference_backend.state import Indexes, OperatorState
+from inference_backend.vocabulary import (
+    APPLIED_HASH,
+    COMPONENT,
+    COMPONENT_LABEL,
+    GROUP,
+    LWS_GROUP,
+    LWS_PLURAL,
+    LWS_VERSION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    REPLICAS_OWNER,
+    VERSION,
+    WORKER_COMPONENT,
+)
 
-MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}  # a label filter, read by kopf's decorators only
+MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}  # a label filter, read by kopf's decorators only
 PLURAL = "inferencebackends"
-POD_SELECTOR = (f"app.kubernetes.io/managed-by={MANAGED_BY},"
-                f"app.kubernetes.io/component in ({COMPONENT},{WORKER_COMPONENT})")  # fmt: skip
+POD_SELECTOR = (f"{MANAGED_BY_LABEL}={MANAGED_BY},"
+                f"{COMPONENT_LABEL} in ({COMPONENT},{WORKER_COMPONENT})")  # fmt: skip
 """Server-side label selector of the pod watch: the labels render puts on every pod template (a LeaderWorkerSet's
 workers carry the worker component); no other pod of the cluster reaches the operator."""
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 
-from inference_backend import metrics
+from inference_backend.controller import metrics
 from inference_backend.facts import HardwareClass, hardware_class
 
 log = logging.getLogger(__name__)

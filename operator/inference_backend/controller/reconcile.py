@@ -11,40 +11,39 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
 
-from inference_backend import autoscaling, images, metrics, status
+from inference_backend import autoscaling, status
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
-from inference_backend.api.common import GROUP
 from inference_backend.api.inferencebackend import Autoscaling
-from inference_backend.api.model import ModelSpec
-from inference_backend.capacity import GpuLedger, Shortfall, shortfall, wanted
-from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
-from inference_backend.kube import LWS_CRD, LWS_GROUP, LWS_VERSION, Kube, describe_error, http_status, not_found, owned
+from inference_backend.capacity import Shortfall, shortfall, wanted
+from inference_backend.controller import metrics
+from inference_backend.controller.kube import Kube, describe_error, http_status, not_found, owned
+from inference_backend.controller.world import WORKLOADS, Child, World
 from inference_backend.manifests import explain
-from inference_backend.pods import PodProblem, PodSummary, stuck_since, worst
-from inference_backend.render import SPEC_HASH_ANNOTATION as SPEC_HASH
+from inference_backend.pods import PodProblem, stuck_since, worst
 from inference_backend.render import lws_name, render, selector_string
 from inference_backend.rollout import Choice, Live, choose, strategy
 from inference_backend.selection import Current, Decision, InvalidSpec, select
+from inference_backend.vocabulary import (
+    APPLIED_HASH,
+    AUTOSCALER,
+    KEDA_CRD,
+    LWS_CRD,
+    LWS_GROUP,
+    LWS_VERSION,
+    REPLICAS_OWNER,
+    SPEC_HASH,
+)
 
-APPLIED_HASH = f"{GROUP}/applied-hash"
-REPLICAS_OWNER = f"{GROUP}/replicas-owner"
-"""On a Deployment applied while spec.autoscaling is set: "autoscaler" (the operator's apply leaves out replicas).
-Its absence on a live Deployment means the operator's field manager still owns them: they are handed over first."""
-AUTOSCALER = "autoscaler"
 SCALER_RETRY = 60.0
 """Seconds between attempts to apply a ScaledObject while the KEDA CRD is missing (the backend is reconciled again
 then, so installing KEDA is noticed within this)."""
-UNSCHEDULABLE_GRACE = 300.0
-"""The default grace period (the operator's --unschedulable-grace-seconds): five minutes covers a cluster
-autoscaler adding a node (typically 1-3 minutes for a GPU node) before the backend moves elsewhere."""
 log = logging.getLogger(__name__)
 
 
@@ -55,121 +54,6 @@ class ReconcileFailure(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason, self.message = reason, message
-
-
-@dataclass(frozen=True)
-class Child:
-    """What the index knows of a child object: its applied hash and (for Deployments) spec and status."""
-
-    applied_hash: str | None
-    body: dict[str, Any] = field(default_factory=dict)
-    replicas_owner: str | None = None
-    """The Deployment's REPLICAS_OWNER annotation."""
-    owner: str | None = None
-    """The InferenceBackend owning it (its controller ownerReference); a LeaderWorkerSet is named <backend>-lws."""
-
-    @cached_property
-    def gpus(self) -> tuple[Pool, int] | None:
-        """(GPU pool, devices over all replicas) a Deployment or LeaderWorkerSet requests (a LeaderWorkerSet's
-        replicas x its group size pods, each requesting the GPUs of one node); None when it requests none."""
-        spec = self.body.get("spec") or {}
-        pod = (spec.get("template") or {}).get("spec") or {}
-        return pod_pool(pod, int(spec.get("replicas", 1) or 0) * int(spec.get("size", 1) or 1))
-
-
-WORKLOADS = ("Deployment", "LeaderWorkerSet")
-"""The kinds that run an InferenceBackend's pods: a Deployment on one node, a LeaderWorkerSet across nodes."""
-
-
-def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str, Any]:
-    """What the indexes keep of a child: for a Deployment or LeaderWorkerSet, the replicas (and group size), the GPU
-    request and the readiness fields (Child.gpus, status.Observed); nothing for the others. Pod templates stay out
-    of the operator's memory. A LeaderWorkerSet is kept in a Deployment's shape: its leader template (the workers
-    request the same per pod) and its size."""
-    if kind not in WORKLOADS:
-        return {}
-    size = 1
-    if kind == "LeaderWorkerSet":
-        lwt = spec.get("leaderWorkerTemplate") or {}
-        size = int(lwt.get("size") or 1)
-        spec = {"replicas": spec.get("replicas", 1), "template": lwt.get("leaderTemplate") or {}}
-    pod = (spec.get("template") or {}).get("spec") or {}
-    selector = {k: v for k, v in (pod.get("nodeSelector") or {}).items() if k in SELECTOR_KEYS}
-    limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
-    containers = [{"resources": {"limits": {r: n for r, n in lim.items() if is_device_resource(r)}}} for lim in limits]
-    annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
-    template = {"metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH)}},
-                "spec": {"nodeSelector": selector, "containers": containers}}  # fmt: skip
-    conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
-    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions,
-              "replicas": st.get("replicas"), "updatedReplicas": st.get("updatedReplicas")}  # fmt: skip
-    out_spec = {"replicas": spec.get("replicas", 1), "template": template, "strategy": spec.get("strategy")}
-    if kind == "LeaderWorkerSet":
-        out_spec["size"] = size
-    return {"spec": out_spec, "status": status}
-
-
-def child_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a child's event can change in its owner's reconcile: for a workload, the rolled-up readiness."""
-    kind = str(body.get("kind"))
-    if kind not in WORKLOADS:
-        return ()
-    slim = slim_child(kind, dict(body.get("spec") or {}), dict(body.get("status") or {}))
-    observed = status.Observed.from_deployment(slim)
-    live = Live.from_deployment(slim, SPEC_HASH)
-    surging = live is not None and live.surge is True and live.in_flight  # its end frees the surge replica's GPUs
-    return (observed, slim["spec"]["template"], slim["spec"].get("size"), surging)
-
-
-@dataclass
-class World:
-    """Read-only views the reconcile needs, over kopf indexes (lookups by key, no pass over every object)."""
-
-    node_classes: Mapping[HardwareClass, Iterable[str]]
-    models: Mapping[str, Iterable[tuple[str, ModelSpec | None]]]
-    """namespace -> (name, spec) of its Models (None when a Model is invalid)."""
-    children: Mapping[tuple[str, str, str], Child]
-    """(namespace, name, kind) -> what we know of a child we applied."""
-    version: tuple[int, int] | None = None
-    """Versions of the node classes and of the Models, bumped by the operator on every change of either. When set,
-    a reconcile reuses the selection and rendering of the last one with the same inputs (see :class:`Plan`)."""
-    grouped: dict[HardwareClass, tuple[str, ...]] | None = None
-    """``node_classes`` with sorted names, when the caller keeps them (cached per node-class version)."""
-    ledger: GpuLedger | None = None
-    """The GPUs in use kept up to date by the caller from the Deployments' events; without it, summed from
-    ``children`` on every reconcile."""
-    pods: Mapping[tuple[str, str], Iterable[PodSummary]] = field(default_factory=dict)
-    """(namespace, InferenceBackend) -> the slim summaries of its pods (the pods index)."""
-    unschedulable_grace: float = UNSCHEDULABLE_GRACE
-    """Seconds every pod of a placement may stay unschedulable (for want of nodes, not volumes) before the placement
-    is selected again elsewhere."""
-    clock: Callable[[], float] = time.time
-    scaling: autoscaling.Settings = autoscaling.DEFAULT
-    """The Prometheus the ScaledObjects of spec.autoscaling query, and how they select a backend's series."""
-    image_policy: images.Policy = images.EMPTY
-    """The registry mirror, image overrides and pull secrets applied to every rendered pod template."""
-
-    def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
-        if self.grouped is not None:
-            return self.grouped
-        return {cls: tuple(sorted(names)) for cls, names in self.node_classes.items()}
-
-    def registry(self, namespace: str) -> dict[str, ModelSpec]:
-        return {name: spec for name, spec in self.models.get(namespace, ()) if spec is not None}
-
-    def gpus_in_use(self, exclude: tuple[str, str]) -> dict[Pool, int]:
-        """Devices per pool requested by the Deployments of the other InferenceBackends (pools at 0 left out)."""
-        if self.ledger is not None:
-            return self.ledger.excluding(exclude)
-        used: dict[Pool, int] = {}
-        for (namespace, name, kind), child in self.children.items():
-            if kind not in WORKLOADS or child.gpus is None:
-                continue
-            if (namespace, child.owner or name) == exclude:
-                continue
-            pool, gpus = child.gpus
-            used[pool] = used.get(pool, 0) + gpus
-        return {pool: gpus for pool, gpus in used.items() if gpus}
 
 
 @dataclass(frozen=True)
@@ -449,7 +333,7 @@ async def _reconcile(body: Mapping[str, Any], world: World, kube: Kube, recent: 
             try:
                 if kind_ == "Deployment" and autoscaled and child is not None and child.replicas_owner != AUTOSCALER:
                     # Autoscaling turned on: the operator's manager owns replicas and its next apply drops them,
-                    # which would reset them to 1. Another manager takes them first (kube.HANDOFF_MANAGER).
+                    # which would reset them to 1. Another manager takes them first (vocabulary.HANDOFF_MANAGER).
                     assert plan.spec is not None and plan.spec.autoscaling is not None
                     await kube.hand_off_replicas(manifest, _clamped(child, plan.spec.autoscaling))
                     metrics.API_WRITES.labels(kind_).inc()
@@ -575,7 +459,7 @@ async def _apply_scaler(manifest: dict[str, Any], wanted_hash: str, body: Mappin
         raise
     except Exception as exc:
         if http_status(exc) == 404:  # the API server has no keda.sh/v1alpha1 scaledobjects: KEDA is not installed
-            why = (f"the CRD {autoscaling.KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be "
+            why = (f"the CRD {KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be "
                    f"created: {describe_error(exc)}; the Deployment keeps its replicas; tried again every "
                    f"{SCALER_RETRY:.0f} s")  # fmt: skip
             recent.scaler_missing[owner] = (why, time.monotonic())

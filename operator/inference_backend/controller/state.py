@@ -6,7 +6,7 @@ kopf indexes as kopf hands them to startup handlers) and the one work queue ever
 - a handler only enqueues a key: an InferenceBackend's ``(namespace, name)``, or a pass key ``("*", namespace)``
   (``("*", "*")``: every namespace) that fans out to every backend of that namespace;
 - the queue deduplicates keys, never hands one key to two workers, and retries a failed reconcile with capped
-  exponential backoff and jitter (:mod:`inference_backend.workqueue`);
+  exponential backoff and jitter (:mod:`inference_backend.controller.workqueue`);
 - passes (node and Model changes) are debounced: one pass waits at least ``debounce`` seconds and PASS_DUTY times
   as long as the last one took, so nodes changing without pause cost the operator a bounded share of a core;
 - every task (the node watch, the workers, the queue's timer) is referenced here and cancelled by :meth:`close`.
@@ -24,23 +24,17 @@ from typing import Any, cast
 
 from lightkube import AsyncClient
 
-from inference_backend import autoscaling, images, metrics, status
+from inference_backend import autoscaling, images, status
 from inference_backend.capacity import GpuLedger
-from inference_backend.kube import Kube, describe_error
-from inference_backend.nodewatch import NodeClasses
+from inference_backend.controller import metrics
+from inference_backend.controller.kube import Kube, describe_error
+from inference_backend.controller.nodewatch import NodeClasses
+from inference_backend.controller.reconcile import Outcome, Recent, ReconcileFailure
+from inference_backend.controller.reconcile import reconcile as reconcile_one
+from inference_backend.controller.workqueue import WorkQueue
+from inference_backend.controller.world import UNSCHEDULABLE_GRACE, Child, World, child_signature
 from inference_backend.pods import PodProblem, owner, summarize
-from inference_backend.reconcile import (
-    APPLIED_HASH,
-    UNSCHEDULABLE_GRACE,
-    Child,
-    Outcome,
-    Recent,
-    ReconcileFailure,
-    World,
-    child_signature,
-)
-from inference_backend.reconcile import reconcile as reconcile_one
-from inference_backend.workqueue import WorkQueue
+from inference_backend.vocabulary import APPLIED_HASH
 
 Key = tuple[str, str]
 ALL = "*"
