@@ -153,6 +153,7 @@ def test_every_source_is_described_in_the_readme(name: str) -> None:
 
 def test_engines_and_load_extremes_are_covered() -> None:
     engines = {r["engine"] for r in ROWS}
-    assert {"vllm", "sglang", "tgi", "llamacpp"} <= engines
+    assert {"vllm", "sglang", "tgi", "llamacpp", "pytorch"} <= engines
     single = {r["engine"] for r in ROWS if r["concurrency"] == "1"}
-    assert {"vllm", "llamacpp"} <= single
+    assert {"vllm", "tgi", "llamacpp", "pytorch"} <= single
+    assert any(r["gpu"] == "cpu" for r in ROWS)
