@@ -30,7 +30,7 @@ KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 binpath() {
   local v
   case "$1" in
-    kube-apiserver | kube-controller-manager | kube-scheduler) v=$KUBE_VERSION ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kube-expansion) v=$KUBE_VERSION ;;
     etcd) v=$ETCD_VERSION ;;
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
@@ -45,7 +45,7 @@ binpath() {
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm kube-score actionlint lws-controller-manager keda-operator keda-adapter prometheus promtool)
+E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-expansion kwok kubectl helm kube-score actionlint lws-controller-manager keda-operator keda-adapter prometheus promtool)
 
 # The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.

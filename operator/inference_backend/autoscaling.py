@@ -27,6 +27,7 @@ from inference_backend.decision import InvalidSpec
 from inference_backend.engines import card
 from inference_backend.engines.card import ScalingSignal
 from inference_backend.names import label_value
+from inference_backend.quantity import decimal_text
 from inference_backend.vocabulary import KEDA_API_VERSION
 
 Json = dict[str, Any]
@@ -83,7 +84,7 @@ def matchers(ib: InferenceBackend, settings: Settings) -> str:
 
 
 def _scaled(expr: str, factor: float) -> str:
-    return expr if factor == 1 else f"{expr} * {factor:g}"
+    return expr if factor == 1 else f"{expr} * {decimal_text(factor)}"
 
 
 def query(sig: ScalingSignal, labels: str) -> str:
@@ -99,7 +100,7 @@ def query(sig: ScalingSignal, labels: str) -> str:
 
 def _number(value: float) -> str:
     """A KEDA threshold (its prometheus scaler parses it with strconv.ParseFloat)."""
-    return f"{value:g}" if value != int(value) else str(int(value))
+    return decimal_text(value)
 
 
 def scaled_object(ib: InferenceBackend, engine: str, target: Json, meta_labels: dict[str, str],

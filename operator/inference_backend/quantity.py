@@ -76,6 +76,18 @@ def parse_quantity(value: object) -> Decimal:
 GIB = 2**30
 
 
+def decimal_text(value: float) -> str:
+    """``value`` written exactly, in plain decimal notation: the shortest digits that read back as the same float
+    (Python's repr), without an exponent (1048576.0 -> "1048576", 1e-05 -> "0.00001", 0.9 -> "0.9"). Not ``:g``,
+    which keeps six significant digits (1048576 -> "1.04858e+06")."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    text = format(Decimal(repr(float(value))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
 def gib(nbytes: float) -> float:
     """Bytes to GiB, rounded to 0.1 for reports."""
     return round(nbytes / GIB, 1)

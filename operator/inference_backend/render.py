@@ -21,6 +21,7 @@ from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision, InvalidSpec
 from inference_backend.engines import ENGINES, EngineContainer, card
 from inference_backend.engines.artifacts import CACHE_VOLUME
+from inference_backend.engines.base import KubeRef
 from inference_backend.facts import pod_selector, tolerates
 from inference_backend.names import dns1035_label, endpoint, label_value, service_name
 from inference_backend.quantity import GIB, parse_quantity
@@ -178,6 +179,31 @@ def _hardened(container: Json, run_as_user: int | None, read_only: bool = False)
             "securityContext": sc | {"readOnlyRootFilesystem": True}}  # fmt: skip
 
 
+def literal(text: str) -> str:
+    """``text`` as the kubelet must take it literally in a container's command, args or env value: every ``$``
+    doubled. The kubelet expands ``$(VAR)`` there from the container's environment and turns ``$$`` into ``$``
+    (k8s.io/kubernetes third_party/forked/golang/expansion Expand, called from pkg/kubelet/container/helpers.go
+    ExpandContainerCommandAndArgs and kubelet_pods.go makeEnvironmentVariables), so doubling is exact: what runs is
+    ``text``, whatever it holds (``$(HF_TOKEN)``, ``$$(X)``, a lone ``$``). Only ``$(`` -> ``$$(`` would not do:
+    ``$$(HF_TOKEN)`` would become ``$$$(HF_TOKEN)`` and expand. The operator's own references (engines/base.py
+    KubeRef: the LeaderWorkerSet's ``$(LWS_LEADER_ADDRESS)``) are left to the kubelet."""
+    return str(text) if isinstance(text, KubeRef) else text.replace("$", "$$")
+
+
+def no_expansion(container: Json) -> Json:
+    """The one place user text is escaped: ``container``'s command, args and env values made literal (``literal``).
+    Applied to every container the operator renders (engine, worker and init containers), before anything copies
+    them (a copy would lose the KubeRef marks)."""
+    out = dict(container)
+    for key in ("command", "args"):
+        if key in out:
+            out[key] = [literal(v) for v in out[key]]
+    if "env" in out:
+        out["env"] = [{**e, "value": literal(e["value"])} if isinstance(e.get("value"), str) else e
+                      for e in out["env"]]  # fmt: skip
+    return out
+
+
 SCRATCH, SCRATCH_DIR = "scratch", "/tmp"
 """The writable scratch emptyDir of containers with a read-only root filesystem."""
 
@@ -287,8 +313,8 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     # engines whose images need root also write their caches under /root (their cards' run_as says so).
     read_only = caps.run_as_user is not None
     if c.init_containers:
-        pod_spec["initContainers"] = [_hardened(dict(i), INIT_USER, True) for i in c.init_containers]
-    main = _hardened(c.to_k8s(), None, read_only)
+        pod_spec["initContainers"] = [_hardened(no_expansion(i), INIT_USER, True) for i in c.init_containers]
+    main = _hardened(no_expansion(c.to_k8s()), None, read_only)
     pod_spec["containers"] = [main]
     volumes = [*c.volumes]
     if read_only or c.init_containers:
@@ -405,7 +431,7 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
     leader = json.loads(json.dumps(template))
     _spread(leader, ib)
     worker = json.loads(json.dumps(leader))
-    main = _hardened(c.worker_k8s(), None)
+    main = _hardened(no_expansion(c.worker_k8s()), None)
     main["resources"] = json.loads(json.dumps(leader["spec"]["containers"][0]["resources"]))  # the same per pod
     worker["spec"]["containers"] = images.apply({"containers": [main]}, image_policy)["containers"]
     # only the leader serves HTTP metrics (vLLM's headless workers serve nothing; SGLang's a health check)

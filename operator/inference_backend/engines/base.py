@@ -14,6 +14,7 @@ from typing import Any
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision, InvalidSpec, Placement
 from inference_backend.engines.artifacts import Artifact
+from inference_backend.quantity import decimal_text
 
 HTTP_PORT = 8000
 HOST = "0.0.0.0"
@@ -24,8 +25,21 @@ GIB = 2**30
 # by pkg/utils/pod/pod_utils.go AddLWSVariables): the leader pod's DNS name (<lws>-<group>.<lws>.<namespace>, through
 # the headless Service the controller creates), the group size and this pod's index in the group (0: the leader).
 # Written as $(VAR) references, which the kubelet expands in args from the container's environment.
-LWS_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
-LWS_WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+
+
+class KubeRef(str):
+    """Text the operator writes that holds ``$(VAR)`` references the kubelet is meant to expand (the
+    LeaderWorkerSet's variables). Every other string of a container's command, args and env values is taken
+    literally: render.py escapes it (``$`` -> ``$$``), so no user text ever expands. Never made from user text."""
+
+
+def kube_ref(name: str, suffix: str = "") -> KubeRef:
+    """``$(name)`` followed by ``suffix`` (operator text, e.g. ``:5000``)."""
+    return KubeRef(f"$({name}){suffix}")
+
+
+LWS_LEADER_ADDRESS = kube_ref("LWS_LEADER_ADDRESS")
+LWS_WORKER_INDEX = kube_ref("LWS_WORKER_INDEX")
 
 Json = dict[str, Any]
 
@@ -101,10 +115,12 @@ class ArgBuilder:
 
 
 def _str(value: object) -> str:
+    if isinstance(value, KubeRef):
+        return value  # kept as a KubeRef: render.py leaves its references to the kubelet
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:g}"
+        return decimal_text(value)
     return str(value)
 
 

@@ -17,7 +17,6 @@ from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
-    LWS_LEADER_ADDRESS,
     LWS_WORKER_INDEX,
     MODEL_CACHE_DIR,
     ArgBuilder,
@@ -26,6 +25,7 @@ from inference_backend.engines.base import (
     assemble,
     cached_pod_parts,
     gpus,
+    kube_ref,
     merge_named,
     placement,
     served_name,
@@ -133,7 +133,11 @@ def _multi_node(a: ArgBuilder, nodes: int) -> ArgBuilder | None:
     a.add("--pp-size", nodes, source=src)  # fields/parallel.py pp_size
     a.add("--nnodes", nodes, source=src)  # fields/parallel.py nnodes
     # fields/parallel.py dist_init_addr (alias --nccl-init-addr)
-    a.add("--dist-init-addr", f"{LWS_LEADER_ADDRESS}:{DIST_INIT_PORT}", source="the LeaderWorkerSet (leader address)")
+    a.add(
+        "--dist-init-addr",
+        kube_ref("LWS_LEADER_ADDRESS", f":{DIST_INIT_PORT}"),
+        source="the LeaderWorkerSet (leader address)",
+    )
     worker = a.copy()
     a.add("--node-rank", 0, source="the LeaderWorkerSet (leader)")  # fields/parallel.py node_rank
     worker.add("--node-rank", LWS_WORKER_INDEX, source="the LeaderWorkerSet (worker index)")
