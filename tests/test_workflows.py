@@ -169,3 +169,17 @@ def test_the_kind_workflows_model_step_writes_a_gguf_model(tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     spec = json.loads(res.stdout)["spec"]
     assert spec["format"] == "gguf" and spec["layers"] == 2 and spec["uri"] == "pvc://tiny-models/tiny.gguf"
+
+
+def test_release_builds_each_runner_image_for_the_architectures_its_card_declares() -> None:
+    from inference_backend.engines import onnxruntime, pytorch
+
+    include = _workflow("release.yaml")["jobs"]["images"]["strategy"]["matrix"]["include"]
+    built = {(e["image"], e["suffix"]): {p.removeprefix("linux/") for p in e["platforms"].split(",")} for e in include}
+    assert built[("operator", "")] == {"amd64", "arm64"}  # the fetch init container runs on every node
+    runners = (("pytorch-runner", "", pytorch.IMAGE), ("onnxruntime-server", "", onnxruntime.IMAGE),
+               ("onnxruntime-server", "-cuda", onnxruntime.IMAGE_CUDA))  # fmt: skip
+    for image, suffix, card_image in runners:
+        card = pytorch.CARD if image == "pytorch-runner" else onnxruntime.CARD
+        assert card_image.endswith(suffix) and built[(image, suffix)] == set(card.platforms[card_image].archs)
+    assert built[("pytorch-runner", "")] == {"amd64", "arm64"} and built[("onnxruntime-server", "-cuda")] == {"amd64"}

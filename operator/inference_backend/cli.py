@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from inference_backend.api import InferenceBackend
 from inference_backend.bench.run import add_arguments as add_bench_arguments
-from inference_backend.facts import group_nodes
+from inference_backend.facts import duplicate_nodes, group_nodes
 from inference_backend.manifests import ManifestError, load, registry
 from inference_backend.selection import Decision, InvalidSpec, select
 
@@ -28,6 +28,10 @@ def _inputs(args: argparse.Namespace) -> tuple[list[InferenceBackend], list, dic
     if not ibs:
         raise ManifestError(f"{args.file}: no InferenceBackend found")
     _, _, nodes = load(args.nodes)
+    twice = duplicate_nodes(nodes)
+    if twice:
+        raise ManifestError(f"{args.nodes}: node {twice[0]} is listed twice (a node name is unique in a cluster; "
+                            "counting it twice would double its capacity): remove the copy")  # fmt: skip
     for path in args.models or []:
         models += load(path)[1]
     return ibs, models, group_nodes(nodes)
@@ -134,7 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     ren = sub.add_parser("render", help="print the Kubernetes objects the operator would apply (multi-doc YAML)")
     for p in (sel, ren):
         p.add_argument("-f", "--file", required=True, help="YAML with InferenceBackend(s) (and optionally Models)")
-        p.add_argument("--nodes", required=True, help="a kind: List of v1 Nodes, as `kubectl get nodes -o yaml`")
+        p.add_argument(
+            "--nodes",
+            required=True,
+            help="a kind: List of v1 Nodes (and the ResourceSlices of GPU DRA "
+            "drivers), as `kubectl get nodes,resourceslices -o yaml`",
+        )
         p.add_argument("--models", action="append", help="YAML with Model objects (repeatable)")
     sel.add_argument("-o", "--output", choices=("json", "text"), default="text")
     from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS

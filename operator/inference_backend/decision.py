@@ -240,6 +240,11 @@ class Decision:
     avoided: tuple[Current, str] | None = None
     """A placement left because its pods stayed unschedulable past the grace period, and why (kept in the status,
     so the next reconciles keep leaving it)."""
+    arch: str = ""
+    """``kubernetes.io/arch`` the pod selects, when the nodes it may land on mix architectures or carry GKE's arm64
+    taint; empty when any node of its pool will do."""
+    arch_toleration: bool = False
+    """Tolerate GKE's ``kubernetes.io/arch=arm64:NoSchedule`` (the chosen nodes carry it)."""
 
     @property
     def satisfiable(self) -> bool:
@@ -288,7 +293,7 @@ class Decision:
                 gpus_per_replica=p.gpus_per_replica,
                 tensor_parallel_size=p.tensor_parallel_size,
                 gpu_resource=bounded([p.gpu.resource], 1, 317)[0] if p.gpu else None,
-                node_selector=dict(pod_selector(p.gpu)) if p.gpu and p.gpu.selector else None,
+                node_selector=(dict(pod_selector(p.gpu)) or None) if p.gpu and p.gpu.selector else None,
                 nodes=p.pipeline_parallel if p.gpu else None,
                 gpus_per_node=p.gpus_per_node if p.gpu else None,
                 pipeline_parallel_size=p.pipeline_parallel if p.gpu else None,

@@ -117,7 +117,8 @@ def _parse(cls: type[T], doc: dict[str, Any], path: str | Path) -> T:
 
 
 def load(path: str | Path) -> tuple[list[InferenceBackend], list[Model], list[dict[str, Any]]]:
-    """InferenceBackends, Models and Nodes found in a file; other kinds are an error."""
+    """InferenceBackends, Models and Nodes (with the ResourceSlices of DRA drivers) found in a file; other kinds are
+    an error."""
     ibs: list[InferenceBackend] = []
     models: list[Model] = []
     nodes: list[dict[str, Any]] = []
@@ -130,8 +131,11 @@ def load(path: str | Path) -> tuple[list[InferenceBackend], list[Model], list[di
         elif kind == "Node":
             _parse(NodeShape, doc, path)
             nodes.append(doc)
+        elif kind == "ResourceSlice" and isinstance(doc.get("spec"), dict):
+            nodes.append(doc)  # the devices of DRA drivers (facts/dra.py): `kubectl get nodes,resourceslices -o yaml`
         else:
-            raise ManifestError(f"{path}: unexpected kind {kind!r} (expected InferenceBackend, Model or Node)")
+            raise ManifestError(f"{path}: unexpected kind {kind!r} (expected InferenceBackend, Model, Node or "
+                                "ResourceSlice)")  # fmt: skip
     return ibs, models, nodes
 
 

@@ -11,15 +11,30 @@ Arithmetic (all documented in docs/selection.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from inference_backend.architectures import ARCH_TABLE, ArchShape, nearest_shape
 from inference_backend.quantity import GIB
 
 __all__ = [
-    "ARCH_TABLE", "CPU_OVERHEAD_BYTES", "DTYPE_BYTES", "GPU_OVERHEAD_BYTES", "KV_DTYPE_BYTES", "QUANT_BYTES",
-    "TP_WIDTHS", "ArchShape", "Fit", "cpu_fit", "gpu_fit", "kv_bytes_per_token", "kv_heads_per_replica",
-    "nearest_shape", "tensor_parallel_options", "weight_bytes",
+    "ARCH_TABLE",
+    "CPU_OVERHEAD_BYTES",
+    "DTYPE_BYTES",
+    "GPU_OVERHEAD_BYTES",
+    "KV_DTYPE_BYTES",
+    "QUANT_BYTES",
+    "TP_WIDTHS",
+    "ArchShape",
+    "Fit",
+    "cpu_fit",
+    "disk_bytes",
+    "gpu_fit",
+    "kv_bytes_per_token",
+    "kv_heads_per_replica",
+    "nearest_shape",
+    "tensor_parallel_options",
+    "weight_bytes",
 ]  # fmt: skip
 
 # Bytes per parameter of each weight dtype.
@@ -48,6 +63,12 @@ def weight_bytes(parameters: int, dtype: str | None, quantization: str | None) -
     if quantization and quantization != "none":
         return parameters * QUANT_BYTES[quantization]
     return parameters * DTYPE_BYTES[dtype or "bfloat16"]
+
+
+def disk_bytes(weights: float) -> int:
+    """Node disk (an emptyDir's sizeLimit and the pod's ephemeral-storage request) for one copy of weights of
+    ``weights`` bytes: a tenth and 1 GiB of headroom (tokenizer, config, a partial download), whole GiB."""
+    return (math.ceil(weights * 1.1 / GIB) + 1) * GIB
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, kv_dtype_bytes: float) -> float:

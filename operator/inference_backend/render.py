@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +20,13 @@ from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision, InvalidSpec
 from inference_backend.engines import ENGINES, EngineContainer, card
 from inference_backend.engines.artifacts import CACHE_VOLUME
-from inference_backend.engines.base import KubeRef
-from inference_backend.facts import pod_selector, tolerates
+from inference_backend.engines.base import DRA_CLAIM, KubeRef
+from inference_backend.facts import ARCH_LABEL, DRA_POOL_ANNOTATION, dra_annotation, pod_selector, tolerates
+from inference_backend.memory import disk_bytes, weight_bytes
 from inference_backend.names import dns1035_label, endpoint, label_value, service_name
 from inference_backend.quantity import GIB, parse_quantity
 from inference_backend.rollout import strategy
+from inference_backend.selection.hardware import ARM64_TAINT
 from inference_backend.vocabulary import (
     BACKEND_LABEL,
     COMPONENT,
@@ -68,6 +69,12 @@ def object_names(ib: InferenceBackend) -> dict[str, str]:
     name = ib.metadata.name
     return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name, "ScaledObject": name,
             "LeaderWorkerSet": lws_name(name)}  # fmt: skip
+
+
+def claim_template_name(name: str) -> str:
+    """The ResourceClaimTemplate of a DRA placement of the InferenceBackend ``name`` (a DNS subdomain: the
+    InferenceBackend's name is at most names.MAX_NAME characters)."""
+    return f"{name}-{DRA_CLAIM}"
 
 
 def service_endpoint(ib: InferenceBackend) -> str:
@@ -116,6 +123,8 @@ def _node_selector(ib: InferenceBackend, decision: Decision) -> dict[str, str]:
     if p is not None and p.gpu is not None:
         for key, value in pod_selector(p.gpu):  # MIG mixed strategy: the whole GPU's product (facts/pools.py)
             out.setdefault(key, value)
+    if decision.arch:  # the pool mixes architectures, or GKE's arm64 taint (selection/tree.py _pin_arch)
+        out.setdefault(ARCH_LABEL, decision.arch)
     return out
 
 
@@ -138,8 +147,10 @@ def _tolerations(ib: InferenceBackend, decision: Decision) -> list[Json]:
     the accelerator resource when the chosen nodes carry a taint keyed on it (GKE's nvidia.com/gpu=present), so the
     pod schedules there whether or not the cluster runs that plugin."""
     own = [t.wire() for t in ib.spec.hardware.tolerations]
+    if decision.arch_toleration and not tolerates(own, ARM64_TAINT):
+        own.append({"key": ARCH_LABEL, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"})
     p = decision.placement
-    if p is None or p.gpu is None:
+    if p is None or p.gpu is None or p.gpu.dra:
         return own
     implicit = {"key": p.gpu.resource, "operator": "Exists", "effect": "NoSchedule"}
     needed = any(t.key == p.gpu.resource and t.effect == "NoSchedule" and not tolerates(own, t)
@@ -240,10 +251,16 @@ def _check_cache(ib: InferenceBackend, decision: Decision, weights: str, securit
 
 
 def _weights_quantity(decision: Decision) -> str:
-    """Disk for one copy of the weights (the draft's included), with a tenth and 1 GiB of headroom (tokenizer,
-    config, partial downloads)."""
-    weights = decision.memory.weights if decision.memory is not None else 0.0
-    return f"{math.ceil(weights * 1.1 / GIB) + 1}Gi"
+    """Disk for one copy of the weights as their files hold them (the draft's included), with a tenth and 1 GiB of
+    headroom (tokenizer, config, partial downloads): memory.disk_bytes, the figure the selection checked against
+    the node's allocatable ephemeral-storage (selection/nodefit.py)."""
+    weights = 0.0
+    for m in (decision.model, decision.speculation.draft if decision.speculation.enabled else None):
+        if m is not None:
+            weights += weight_bytes(m.parameters, m.dtype, m.quantization)
+    if decision.model is None and decision.memory is not None:
+        weights = decision.memory.weights
+    return f"{disk_bytes(weights) // GIB}Gi"
 
 
 def _sized(volume: Json, weights: str) -> Json:
@@ -331,10 +348,11 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
                 **resources.get("requests", {}),
                 "ephemeral-storage": weights if held else SMALL_DISK,
             }
+    claim = _dra_claim(ib, decision, pod_spec, pod_annotations)
     pod_spec = images.apply(pod_spec, image_policy)
     template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
     if decision.placement.multi_node:
-        return _multi_node(ib, decision, c, template, image_policy)
+        return _multi_node(ib, decision, c, template, image_policy, claim)
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH] = digest
 
@@ -352,11 +370,50 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     names = object_names(ib)
     meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
     deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
-    objects: list[Json] = [deployment, *_service_and_pdb(ib, c, lbl, selector_labels(ib))]
+    objects: list[Json] = [*claim, deployment, *_service_and_pdb(ib, c, lbl, selector_labels(ib))]
     if spec.autoscaling is not None:
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names["Deployment"]}
         objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
+
+
+def _cel_string(value: str) -> str:
+    """A CEL string literal (double-quoted, backslash and quote escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def claim_template(ib: InferenceBackend, decision: Decision, lbl: dict[str, str]) -> Json:
+    """The ResourceClaimTemplate (resource.k8s.io/v1) of a DRA placement: ``count`` devices of the chosen DeviceClass
+    whose attributes name the chosen product (and type, profile), one claim per pod made from it by the
+    resourceclaim controller and allocated by the scheduler on the node it picks."""
+    p = decision.placement
+    assert p is not None and p.gpu is not None and p.gpu.dra
+    driver = p.gpu.dra
+    expr = " && ".join(f"device.attributes[{_cel_string(driver)}].{k.split('/', 1)[1]} == {_cel_string(v)}"
+                       for k, v in p.gpu.selector)  # fmt: skip
+    request: Json = {"deviceClassName": p.gpu.resource, "allocationMode": "ExactCount", "count": p.gpus_per_node}
+    if expr:
+        request["selectors"] = [{"cel": {"expression": expr}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": claim_template_name(ib.metadata.name), "namespace": ib.metadata.namespace or "default",
+                     "labels": dict(lbl)},
+        "spec": {"spec": {"devices": {"requests": [{"name": DRA_CLAIM, "exactly": request}]}}},
+    }  # fmt: skip
+
+
+def _dra_claim(ib: InferenceBackend, decision: Decision, pod_spec: Json, annotations: dict[str, str]) -> list[Json]:
+    """A DRA placement: the pod's resourceClaims entry (from the template), the pool annotation the GPU ledger reads
+    back (facts/pools.py), and the ResourceClaimTemplate to apply before the workload; nothing otherwise."""
+    p = decision.placement
+    if p is None or p.gpu is None or not p.gpu.dra:
+        return []
+    name = claim_template_name(ib.metadata.name)
+    pod_spec["resourceClaims"] = [{"name": DRA_CLAIM, "resourceClaimTemplateName": name}]
+    annotations[DRA_POOL_ANNOTATION] = dra_annotation(p.gpu, p.gpus_per_node)
+    lbl = labels(ib, decision.backend or "")
+    return [claim_template(ib, decision, lbl)]
 
 
 def _service_and_pdb(ib: InferenceBackend, c: EngineContainer, lbl: dict[str, str],
@@ -420,7 +477,7 @@ def lws_name(name: str) -> str:
 
 
 def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, template: Json,
-                image_policy: images.Policy) -> Rendered:  # fmt: skip
+                image_policy: images.Policy, claim: list[Json]) -> Rendered:  # fmt: skip
     """A replica over several nodes: one LeaderWorkerSet group per replica, of ``nodes`` pods (a leader, which serves
     the API, and nodes - 1 workers), each on its own node with the node's GPUs; the Service selects the leaders."""
     assert decision.placement is not None and decision.backend is not None
@@ -470,7 +527,7 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
             "remove spec.autoscaling and set spec.replicas, or choose GPUs where one node holds a replica",
         )
     serving = {**selector_labels(ib), WORKER_INDEX_LABEL: "0"}
-    objects = [lws, *_service_and_pdb(ib, c, lbl, serving)]
+    objects = [*claim, lws, *_service_and_pdb(ib, c, lbl, serving)]
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 

@@ -48,6 +48,9 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 # -- annotations --------------------------------------------------------------------------------------------------
 SPEC_HASH = f"{GROUP}/spec-hash"
+DRA_POOL_ANNOTATION = f"{GROUP}/dra-devices"
+"""On a pod template placed through a ResourceClaimTemplate: the DRA pool and devices per pod as JSON
+``[deviceClass, [[attribute, value], ...], count]`` (facts/pools.py; the ledger reads it back from the workloads)."""
 """On a workload's pod template: the hash of the rendered template (render.spec_hash), which placement it is."""
 APPLIED_HASH = f"{GROUP}/applied-hash"
 """On every child: the content hash of the manifest last applied (a child is applied again only when it differs)."""

@@ -95,6 +95,8 @@ def split_uri(uri: str) -> tuple[str, str]:
     return scheme, rest.strip("/")
 
 
+FETCH_REQUESTS = {"cpu": "1", "memory": "1Gi"}
+"""What a fetch init container requests (the selection counts it against the node's allocatable)."""
 CACHE_VOLUME, CACHE_MOUNT = "weights-cache", "/weights-cache"
 """The spec.model.cache volume, and where the fetch init containers mount it (the engine mounts a subPath)."""
 
@@ -133,7 +135,7 @@ def _fetch(model: ResolvedModel, role: str, uri: str, scheme: str, field: str) -
     env = secret_env(model.credentials_secret, scheme)
     if env:
         init["env"] = list(env)
-    resources = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    resources = {"requests": dict(FETCH_REQUESTS), "limits": {"memory": "2Gi"}}
     if cache is not None:
         init["volumeMounts"] = [{"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}]
         init["resources"] = resources

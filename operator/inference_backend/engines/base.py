@@ -249,13 +249,22 @@ def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
     memory = f"{math.ceil(host.memory_bytes / GIB)}Gi"
     requests: dict[str, int | str] = {"cpu": cpu, "memory": memory}
     limits: dict[str, int | str] = {"memory": memory}
-    if p.gpu is not None:
+    if p.gpu is not None and not p.gpu.dra:
         requests[p.gpu.resource] = p.gpus_per_node
         limits[p.gpu.resource] = p.gpus_per_node
     if spec.resources is not None:
         requests.update(spec.resources.requests)
         limits.update(spec.resources.limits)
-    return {"requests": requests, "limits": limits}
+    out: Json = {"requests": requests, "limits": limits}
+    if p.gpu is not None and p.gpu.dra:
+        # DRA: the devices come from the pod's resource claim (render.py: a ResourceClaimTemplate), not from an
+        # extended resource; the container names the claim it uses (core/v1 ResourceRequirements.claims).
+        out["claims"] = [{"name": DRA_CLAIM}]
+    return out
+
+
+DRA_CLAIM = "gpus"
+"""The pod's resourceClaims entry (and the container's resources.claims name) of a DRA placement."""
 
 
 def shm_volume(decision: Decision) -> tuple[tuple[Json, ...], tuple[Json, ...]]:

@@ -100,6 +100,14 @@ class Autoscaling:
     """What a cold start of one replica costs, the reason for ``scale_to_zero``."""
 
 
+@dataclass(frozen=True)
+class Platforms:
+    """The CPU architectures one image is published for, as ``kubernetes.io/arch`` values, with the source."""
+
+    archs: frozenset[str]
+    source: str
+
+
 REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "this project's 2-core build machine, scaled to 7B"}
 NOT_MEASURED_ON_GPU = "estimate: not measured on a GPU yet (bench/gpu/h200.sh measures it when a GPU is lent); "
 
@@ -146,6 +154,9 @@ class EngineCard:
     """The GPU vendors its pinned release has a build for, each with its image (nvidia: the CUDA image, the same as
     ``images["gpu"]``; amd: ROCm/HIP; habana: Gaudi). A vendor missing here is one the selection never places it
     on, and the reasons say so."""
+    platforms: Mapping[str, Platforms]
+    """Per image it renders (every one of ``images`` and ``devices``): the architectures its registry publishes it
+    for, with the source. The selection keeps only nodes whose ``kubernetes.io/arch`` the image has."""
     endpoints: Endpoints
     profiles: Mapping[Accelerator, Profile]
     """Performance per accelerator it runs on, each with provenance."""
@@ -175,6 +186,12 @@ class EngineCard:
     def gpu_required(self) -> bool:
         return "cpu" not in self.accelerators
 
+    def image_for(self, accelerator: Accelerator, vendor: str = "nvidia") -> str | None:
+        """The pinned image of a placement: the vendor's build on a GPU, the CPU image on CPU."""
+        if accelerator == "gpu":
+            return next((image for v, image in self.devices.items() if v == vendor), None)
+        return self.images.get("cpu")
+
     def missing(self) -> list[str]:
         """Fields left empty, and accelerators without an image or a profile (a complete card returns [])."""
         out = [f.name for f in fields(self) if f.name not in _MAY_BE_EMPTY and _empty(getattr(self, f.name))]
@@ -183,6 +200,9 @@ class EngineCard:
                 out.append(f"images[{acc}]")
             if acc not in self.profiles:
                 out.append(f"profiles[{acc}]")
+        for image in sorted({*self.images.values(), *self.devices.values()}):
+            if image not in self.platforms or not self.platforms[image].archs or not self.platforms[image].source:
+                out.append(f"platforms[{image}]")
         if "gpu" in self.accelerators and self.devices.get("nvidia") != self.images.get("gpu"):
             out.append("devices[nvidia]")
         for acc, strategy in self.auto_batching.items():
@@ -221,6 +241,7 @@ __all__ = [
     "EngineCard",
     "Float32OnGpu",
     "GpuVendor",
+    "Platforms",
     "Profile",
     "Renderer",
     "ScalingSignal",

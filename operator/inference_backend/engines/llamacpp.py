@@ -35,6 +35,7 @@ from inference_backend.engines.card import (
     Autoscaling,
     EngineCard,
     GpuVendor,
+    Platforms,
     Profile,
     ScalingSignal,
 )
@@ -54,6 +55,14 @@ IMAGE_CUDA = f"ghcr.io/ggml-org/llama.cpp:server-cuda-{VERSION}"
 # build as server-rocm-b<N>); same flags, -ngl offloads to the HIP device the amd.com/gpu request maps in.
 IMAGE_ROCM = f"ghcr.io/ggml-org/llama.cpp:server-rocm-{VERSION}"
 DEVICES: dict[GpuVendor, str] = {"nvidia": IMAGE_CUDA, "amd": IMAGE_ROCM}
+_DOCKER_MD = 'llama.cpp docs/docker.md, "Images"'
+PLATFORMS = {
+    IMAGE_CPU: Platforms(
+        frozenset({"amd64", "arm64", "s390x"}), f"{_DOCKER_MD}: server (linux/amd64, linux/arm64, linux/s390x)"
+    ),
+    IMAGE_CUDA: Platforms(frozenset({"amd64", "arm64"}), f"{_DOCKER_MD}: server-cuda (linux/amd64, linux/arm64)"),
+    IMAGE_ROCM: Platforms(frozenset({"amd64"}), f"{_DOCKER_MD}: server-rocm (linux/amd64)"),
+}
 ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("/app/llama-server",)  # the server images' entrypoint (.devops/*.Dockerfile: /app/llama-server)
 # Every spelling in arg.cpp of the flags we set -> one name (short, long, --no- forms).
@@ -231,7 +240,7 @@ CARD = EngineCard(
     quantizations=GGUF_QUANTIZATIONS | {"none"}, kv_dtypes=frozenset({"float16", "bfloat16", "q8_0", "q4_0"}),
     multi_gpu=True, multi_node=False, min_compute=(5, 0), bf16_min_compute=(0, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, devices=DEVICES, endpoints=ENDPOINTS,
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, devices=DEVICES, platforms=PLATFORMS, endpoints=ENDPOINTS,
     profiles={
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),

@@ -12,7 +12,7 @@ from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, device_image, placement
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Platforms, Profile
 from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
@@ -53,6 +53,7 @@ CARD = EngineCard(
     multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
     own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
     images={"gpu": IMAGE_CUDA, "cpu": IMAGE}, devices={"nvidia": IMAGE_CUDA}, endpoints=runners.ENDPOINTS,
+    platforms={IMAGE: runners.PLATFORMS, IMAGE_CUDA: Platforms(frozenset({"amd64"}), runners.ONNX_CUDA_PLATFORMS)},
     profiles={
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),

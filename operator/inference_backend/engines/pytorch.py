@@ -51,6 +51,7 @@ CARD = EngineCard(
     multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
     own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
     images={"gpu": IMAGE, "cpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=runners.ENDPOINTS,
+    platforms={IMAGE: runners.PLATFORMS},
     profiles={
         "gpu": Profile(80, 110, 15.0, 2, NOT_MEASURED_ON_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),

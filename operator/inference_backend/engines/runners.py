@@ -25,7 +25,18 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.engines.card import Autoscaling, ScalingSignal, Signal
+from inference_backend.engines.card import Autoscaling, Platforms, ScalingSignal, Signal
+
+PLATFORMS = Platforms(
+    frozenset({"amd64", "arm64"}),
+    ".github/workflows/release.yaml (platforms linux/amd64,linux/arm64); torch, onnxruntime and onnxruntime-genai "
+    "publish manylinux_2_28_aarch64 wheels (torch's with CUDA 13), so both runner images build for arm64",
+)
+"""Our runner images (the PyTorch runner, the ONNX Runtime server's CPU build)."""
+ONNX_CUDA_PLATFORMS = (
+    ".github/workflows/release.yaml (onnxruntime-server -cuda: linux/amd64 only): onnxruntime-gpu and "
+    "onnxruntime-genai-cuda publish no aarch64 wheels, so no arm64 CUDA build of the ONNX server exists"
+)
 
 VERSION = __version__
 # common/server.py: GET /health (503 until loaded), GET /metrics, both on the API port.

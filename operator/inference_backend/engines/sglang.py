@@ -30,7 +30,7 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import Autoscaling, EngineCard, Profile, ScalingSignal
+from inference_backend.engines.card import Autoscaling, EngineCard, Platforms, Profile, ScalingSignal
 
 ENGINE = "sglang"
 OWN_HF_LOADER = True  # --model-path takes a Hugging Face repo id and downloads it (fields/model.py model_path)
@@ -211,6 +211,9 @@ CARD = EngineCard(
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
     # CUDA only here: SGLang's ROCm images (lmsysorg/sglang:*-rocm*) are other builds, not rendered.
     images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
+    platforms={IMAGE: Platforms(frozenset({"amd64", "arm64"}),
+                                "sglang .github/workflows/_docker-build-and-publish.yml: linux/amd64 and linux/arm64 "
+                                "builds joined in one manifest (docker buildx imagetools create)")},
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,

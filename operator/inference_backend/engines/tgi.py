@@ -26,7 +26,7 @@ from inference_backend.engines.base import (
     merge_named,
     placement,
 )
-from inference_backend.engines.card import Autoscaling, EngineCard, Profile, ScalingSignal
+from inference_backend.engines.card import Autoscaling, EngineCard, Platforms, Profile, ScalingSignal
 
 ENGINE = "tgi"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -163,6 +163,10 @@ CARD = EngineCard(
     own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float16",
     # CUDA only here: TGI's -rocm and -gaudi images are other builds whose flags the contract test does not check.
     images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
+    # TGI's release workflow (.github/workflows/build.yaml, docker/build-push-action) builds platforms 'linux/amd64'
+    # only: no arm64 image (GH200/GB200 hosts, Graviton) exists.
+    platforms={IMAGE: Platforms(frozenset({"amd64"}), "text-generation-inference .github/workflows/build.yaml: "
+                                                        "platforms 'linux/amd64'")},
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container, layer_split=False, slots=False,

@@ -31,7 +31,7 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import Autoscaling, EngineCard, GpuVendor, Profile, ScalingSignal
+from inference_backend.engines.card import Autoscaling, EngineCard, GpuVendor, Platforms, Profile, ScalingSignal
 
 ENGINE = "vllm"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -43,6 +43,18 @@ IMAGE = f"vllm/vllm-openai:v{VERSION}"
 # an amd.com/gpu request. Gaudi needs the separate vllm-gaudi plugin, not part of the pinned release: no habana build.
 ROCM_IMAGE = f"vllm/vllm-openai-rocm:v{VERSION}"
 DEVICES: dict[GpuVendor, str] = {"nvidia": IMAGE, "amd": ROCM_IMAGE}
+_RELEASE = (
+    'vLLM\'s release publishing script (.buildkite/scripts, "Publish a release Docker image family": '
+    "per-arch images pulled from the release repository, then docker manifest create)"
+)
+PLATFORMS = {
+    # vllm/vllm-openai:v<version> is a manifest over the -x86_64 and -aarch64 images (GH200/GB200 hosts run the latter)
+    IMAGE: Platforms(
+        frozenset({"amd64", "arm64"}), f"{_RELEASE}: vllm/vllm-openai:v<version> from -x86_64 and -aarch64"
+    ),
+    # vllm/vllm-openai-rocm tags are one x86_64 build (publish_rocm_variant), no manifest list
+    ROCM_IMAGE: Platforms(frozenset({"amd64"}), f"{_RELEASE}: vllm/vllm-openai-rocm tagged from one x86_64 build"),
+}
 ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 COMMAND = ("vllm", "serve")
 # Every spelling of the flags we set -> one name (0.33.0 engine/arg_utils.py: "-tp", "-q", "-sc",
@@ -247,7 +259,7 @@ CARD = EngineCard(
     quantizations=_GPU_QUANT, kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
     multi_gpu=True, multi_node=True, min_compute=(7, 0), bf16_min_compute=(8, 0),
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, devices=DEVICES, endpoints=ENDPOINTS,
+    images={"gpu": IMAGE}, devices=DEVICES, platforms=PLATFORMS, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,

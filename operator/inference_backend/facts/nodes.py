@@ -14,10 +14,13 @@ and a note.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
+from inference_backend.facts.dra import Device, node_devices
+from inference_backend.facts.dra import facts as dra_facts
+from inference_backend.facts.dra import group as dra_group
 from inference_backend.facts.identify import AMD_VRAM as _AMD_VRAM
 from inference_backend.facts.identify import (
     DEFAULTS,
@@ -32,10 +35,17 @@ from inference_backend.facts.sku import mig_share
 from inference_backend.quantity import parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
+"""Time-sliced or MPS shares under the device plugin's ``renameByDefault: true`` (k8s-device-plugin README, "Shared
+Access to GPUs"): the same GFD labels, the resource renamed."""
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 AMD_RESOURCE = "amd.com/gpu"
 GAUDI_RESOURCE = "habana.ai/gaudi"
-DEVICE_RESOURCES = {GPU_RESOURCE: "nvidia", AMD_RESOURCE: "amd", GAUDI_RESOURCE: "habana"}
+DEVICE_RESOURCES = {GPU_RESOURCE: "nvidia", SHARED_RESOURCE: "nvidia", AMD_RESOURCE: "amd", GAUDI_RESOURCE: "habana"}
+ARCH_LABEL = "kubernetes.io/arch"
+SHARING_STRATEGIES = ("time-slicing", "mps")
+"""GFD's ``nvidia.com/gpu.sharing-strategy`` values that share a card (``none`` does not; k8s-device-plugin
+internal/lm/resource.go baseLabeler, README "Catalog of Labels")."""
 VENDOR_TITLES = {"nvidia": "NVIDIA GPU", "amd": "AMD Instinct (ROCm)", "habana": "Intel Gaudi"}
 UNLABELLED_GPU_MEMORY_MIB, UNLABELLED_GPU_COMPUTE = DEFAULTS["nvidia"][0], (7, 5)
 REFERENCE_BANDWIDTH_GBS = 2039
@@ -86,7 +96,16 @@ class GPUFacts:
     bandwidth_gbs: float = 0.0
     """Memory bandwidth of this device (a MIG slice: its share), 0 when unknown."""
     selector: tuple[tuple[str, str], ...] = ()
-    """Node labels naming this product (the pod's nodeSelector); empty when none does."""
+    """Node labels naming this product (the pod's nodeSelector); empty when none does. For a DRA device: the
+    driver's attributes naming it (``gpu.nvidia.com/productName``), which the claim's CEL selector matches."""
+    replicas: int = 1
+    """Shares per physical card (GFD ``nvidia.com/gpu.replicas`` under time-slicing or MPS); 1 when not shared.
+    ``memory_mib`` and ``bandwidth_gbs`` are then one share's: the card's divided by ``replicas``."""
+    sharing: str = ""
+    """``time-slicing`` or ``mps`` when the device is a share of a card, else empty."""
+    dra: str = ""
+    """The DRA driver publishing this device in ResourceSlices (``gpu.nvidia.com``, ``gpu.amd.com``); empty for a
+    device-plugin extended resource. ``resource`` is then the DeviceClass a ResourceClaimTemplate requests."""
 
     def _key(self) -> tuple[Any, ...]:
         t = astuple(self)
@@ -96,6 +115,11 @@ class GPUFacts:
         if not isinstance(other, GPUFacts):
             return NotImplemented
         return self._key() < other._key()
+
+    @property
+    def shared(self) -> bool:
+        """A share of a card (time-slicing or MPS): never tensor parallel across shares, like a MIG slice."""
+        return self.replicas > 1
 
     @property
     def speed(self) -> float:
@@ -117,6 +141,9 @@ class HardwareClass:
     labels: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
     """What was found, assumed or ignored while parsing, with the source of each fact (no node names)."""
+    ephemeral_bytes: int | None = None
+    """Allocatable ``ephemeral-storage`` (the kubelet's root filesystem, where emptyDirs live), whole GiB rounded
+    down; None when the node reports none (a trimmed node list): the disk is then not checked."""
 
     @property
     def has_gpu(self) -> bool:
@@ -176,9 +203,11 @@ def _nvidia(labels: Mapping[str, str], alloc: Mapping[str, Any]) -> tuple[list[G
                          f"{_mig_profile_memory_mib(profile)} MiB from its name")  # fmt: skip
         gpu, note = _slice(ident, product.split("-MIG-", 1)[0], profile, count, resource, mem,
                            f"GFD nvidia.com/mig-{profile}.memory", labels)  # fmt: skip
+        gpu, shared = _share(gpu, labels, f"nvidia.com/mig-{profile}")
         gpus.append(gpu)
-        notes.append(note)
-    count = _int(alloc.get(GPU_RESOURCE), 0) or 0
+        notes.extend([note, *shared])
+    resource = GPU_RESOURCE if (_int(alloc.get(GPU_RESOURCE), 0) or 0) > 0 else SHARED_RESOURCE
+    count = _int(alloc.get(resource), 0) or 0
     if count <= 0 and not gpus and (ident.product is not None or ident.instance is not None):
         src = "GFD labels" if labels.get(GFD_PRODUCT) else ident.product_source or "the instance type"
         notes.append(f"{src} present but no allocatable nvidia.com/gpu (device plugin not ready?)")
@@ -187,16 +216,61 @@ def _nvidia(labels: Mapping[str, str], alloc: Mapping[str, Any]) -> tuple[list[G
     single = labels.get("nvidia.com/mig.strategy") == "single" and "-MIG-" in product
     partition = labels.get(GKE_PARTITION)
     if single or partition:
-        profile = product.split("-MIG-", 1)[1] if single else str(partition)
+        profile = product.split("-MIG-", 1)[1].removesuffix("-SHARED") if single else str(partition)
         mem = _int(labels.get(GFD_MEMORY)) if single else None
         src = f"GFD {GFD_MEMORY}" if single else f"GKE {GKE_PARTITION}"
-        gpu, note = _slice(ident, product, profile, count, GPU_RESOURCE, mem, src, labels)
-        return [*gpus, gpu], [*notes, note, *ident.notes]
-    gpu, facts = _whole("nvidia", GPU_RESOURCE, count, ident, labels)
+        gpu, note = _slice(ident, product, profile, count, resource, mem, src, labels)
+        gpu, shared = _share(gpu, labels, GPU_RESOURCE)
+        return [*gpus, gpu], [*notes, note, *shared, *ident.notes]
+    gpu, facts = _whole("nvidia", resource, count, ident, labels)
+    gpu, shared = _share(gpu, labels, GPU_RESOURCE)
     labelled_count = _int(labels.get("nvidia.com/gpu.count"))
-    if labelled_count is not None and labelled_count != count:
+    if labelled_count is not None and labelled_count != count and not gpu.shared:
         facts.append(f"nvidia.com/gpu.count={labelled_count} but {count} allocatable; using {count}")
-    return [*gpus, gpu], notes + facts + ident.notes
+    return [*gpus, gpu], notes + facts + shared + ident.notes
+
+
+def _replicas(gpu: GPUFacts, labels: Mapping[str, str], prefix: str, suffixed: bool) -> tuple[int, str]:
+    """Shares per card, and where that figure comes from: GFD's ``<resource>.replicas``, else the allocatable
+    count over GFD's physical ``<resource>.count``; for a share nothing counts, all of them on one card."""
+    labelled = _int(labels.get(f"{prefix}.replicas"))
+    if labelled is not None and labelled > 1:
+        return labelled, f"GFD {prefix}.replicas={labelled}"
+    physical = _int(labels.get(f"{prefix}.count"))
+    if physical and gpu.count > physical:
+        return gpu.count // physical, f"{gpu.count} allocatable over GFD {prefix}.count={physical}"
+    if suffixed:
+        return max(gpu.count, 2), (f"no {prefix}.replicas label: assuming all {gpu.count} shares are of one card "
+                                   "(conservative)")  # fmt: skip
+    return 1, ""
+
+
+def _share(gpu: GPUFacts, labels: Mapping[str, str], prefix: str) -> tuple[GPUFacts, list[str]]:
+    """A time-sliced or MPS device as one share of a card: the card's memory and bandwidth divided by its replicas
+    (GFD ``<resource>.sharing-strategy``, ``.replicas``, the ``-SHARED`` product suffix or the ``.shared`` resource
+    of ``renameByDefault``; k8s-device-plugin README "Shared Access to GPUs")."""
+    strategy = labels.get(f"{prefix}.sharing-strategy", "")
+    suffixed = gpu.product.endswith("-SHARED") or gpu.resource == SHARED_RESOURCE
+    if strategy not in SHARING_STRATEGIES and not suffixed:
+        return gpu, []
+    replicas, source = _replicas(gpu, labels, prefix, suffixed)
+    if replicas <= 1:
+        return gpu, []
+    if strategy not in SHARING_STRATEGIES:
+        strategy, source = "time-slicing", f"{source}; the sharing strategy is not labelled: taken as time-slicing"
+    memory = gpu.memory_mib // replicas
+    shared = replace(gpu, memory_mib=memory, bandwidth_gbs=gpu.bandwidth_gbs / replicas, replicas=replicas,
+                     sharing=strategy)  # fmt: skip
+    what = (f"{gpu.count}x {gpu.product} ({gpu.resource}): {strategy}, {replicas} shares per card ({source}); one "
+            f"share is planned with 1/{replicas} of the card's {gpu.memory_mib} MiB = {memory} MiB and 1/{replicas} "
+            "of its bandwidth, ")  # fmt: skip
+    if strategy == "mps":
+        what += ("the limits the device plugin's MPS control daemon sets on each share (pinned device memory and "
+                 "active threads, 1/replicas each)")  # fmt: skip
+    else:
+        what += ("an assumption: time-slicing partitions neither memory nor compute, the shares' processes take turns "
+                 "on the card and must fit in it together")  # fmt: skip
+    return shared, [what + "; never tensor parallel across shares of one card"]
 
 
 def _whole(vendor: str, resource: str, count: int, ident: Identity, labels: Mapping[str, str]
@@ -277,8 +351,29 @@ def class_label(key: str) -> bool:
     return key.startswith(_KEPT_NFD) or not key.startswith(_PER_NODE_PREFIXES)
 
 
-def hardware_class(node: Mapping[str, Any]) -> tuple[str, HardwareClass]:
-    """Parse one v1 Node (a dict as the API returns it) into its name and hardware class."""
+def _ephemeral(alloc: Mapping[str, Any], notes: list[str]) -> int | None:
+    value = alloc.get("ephemeral-storage")
+    if value is None:
+        return None
+    try:
+        return int(parse_quantity(str(value))) // 2**30 * 2**30
+    except ValueError as exc:
+        notes.append(f"unreadable allocatable ephemeral-storage ({exc}); the disk is not checked")
+        return None
+
+
+def _dra_gpus(devices: Sequence[Device]) -> tuple[list[GPUFacts], list[str]]:
+    gpus, notes = [], []
+    for g, count in sorted(dra_group(devices).items(), key=lambda kv: astuple(kv[0])):
+        kwargs, note = dra_facts(g, count)
+        gpus.append(GPUFacts(**kwargs))
+        notes.append(note)
+    return gpus, notes
+
+
+def hardware_class(node: Mapping[str, Any], devices: Sequence[Device] = ()) -> tuple[str, HardwareClass]:
+    """Parse one v1 Node (a dict as the API returns it) into its name and hardware class. ``devices``: the node's
+    devices published by GPU DRA drivers in ResourceSlices (facts/dra.py), placed through resource claims."""
     meta = node.get("metadata") or {}
     name = str(meta.get("name", "?"))
     labels: dict[str, str] = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
@@ -292,6 +387,8 @@ def hardware_class(node: Mapping[str, Any]) -> tuple[str, HardwareClass]:
         notes.append(f"unreadable allocatable cpu/memory ({exc}); treating as 0")
         cpu, memory = 0, 0
     gpus, gpu_notes = _gpu_facts(labels, alloc)
+    dra, dra_notes = _dra_gpus(devices)
+    gpus, gpu_notes = gpus + dra, gpu_notes + dra_notes
     taints = tuple(
         sorted(
             Taint(str(t.get("key", "")), str(t.get("value", "") or ""), str(t.get("effect", "")))
@@ -309,6 +406,7 @@ def hardware_class(node: Mapping[str, Any]) -> tuple[str, HardwareClass]:
         taints=taints,
         labels=kept,
         notes=tuple(notes + gpu_notes),
+        ephemeral_bytes=_ephemeral(alloc, notes),
     )
     return name, cls
 
@@ -317,11 +415,37 @@ ClusterFacts = Mapping[HardwareClass, tuple[str, ...]]
 """Hardware class -> names of the nodes in it."""
 
 
-def group_nodes(nodes: Iterable[Mapping[str, Any]]) -> dict[HardwareClass, tuple[str, ...]]:
-    """Group nodes by hardware class (the CLI's path; the operator builds the same mapping from a kopf index)."""
+def duplicate_nodes(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Names that more than one Node of the list carries (each name once, in order): a name is unique in a cluster,
+    so a list repeating one was pasted together, and counting both would double the node's capacity."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in items:
+        if item.get("kind", "Node") != "Node":
+            continue
+        name = str((item.get("metadata") or {}).get("name", "?"))
+        if name in seen and name not in out:
+            out.append(name)
+        seen.add(name)
+    return out
+
+
+def group_nodes(items: Iterable[Mapping[str, Any]]) -> dict[HardwareClass, tuple[str, ...]]:
+    """Group nodes by hardware class (the CLI's path; the operator keeps the same mapping up to date from its node
+    and ResourceSlice watches). ``items``: v1 Nodes, and the ResourceSlices of GPU DRA drivers (facts/dra.py); a
+    Node whose name came before is ignored (``duplicate_nodes`` names them; the CLI refuses such a list)."""
+    listed = list(items)
+    devices = node_devices(i for i in listed if i.get("kind") == "ResourceSlice")
     groups: dict[HardwareClass, list[str]] = {}
-    for node in nodes:
-        name, cls = hardware_class(node)
+    seen: set[str] = set()
+    for node in listed:
+        if node.get("kind", "Node") != "Node":
+            continue
+        name = str((node.get("metadata") or {}).get("name", "?"))
+        if name in seen:
+            continue
+        seen.add(name)
+        name, cls = hardware_class(node, devices.by_node.get(name, ()))
         groups.setdefault(cls, []).append(name)
     return {cls: tuple(sorted(names)) for cls, names in groups.items()}
 
@@ -348,7 +472,8 @@ def extended_resource_tolerations(cls: HardwareClass) -> list[dict[str, str]]:
     accelerators (key = the resource name, operator Exists, effect NoSchedule); GKE enables it, so its
     ``nvidia.com/gpu=present:NoSchedule`` taint never keeps GPU pods off GPU nodes. The renderer adds the same
     toleration to the pod, so the pod schedules where the plugin is not enabled too."""
-    return [{"key": r, "operator": "Exists", "effect": "NoSchedule"} for r in sorted({g.resource for g in cls.gpus})]
+    return [{"key": r, "operator": "Exists", "effect": "NoSchedule"}
+            for r in sorted({g.resource for g in cls.gpus if not g.dra})]  # fmt: skip
 
 
 def gpu_speed(product: str) -> float:

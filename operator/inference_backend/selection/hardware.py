@@ -5,9 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inference_backend.api.inferencebackend import Hardware
-from inference_backend.facts import ClusterFacts, HardwareClass, extended_resource_tolerations, tolerates
+from inference_backend.facts import (
+    ARCH_LABEL,
+    ClusterFacts,
+    HardwareClass,
+    Taint,
+    extended_resource_tolerations,
+    tolerates,
+)
 
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+ARM64_TAINT = Taint(ARCH_LABEL, "arm64", "NoSchedule")
+"""GKE taints every Arm node ``kubernetes.io/arch=arm64:NoSchedule`` and adds the toleration itself to pods that
+select arm64 by nodeSelector or node affinity (GKE "Arm workloads: prepare a workload": "GKE automatically adds the
+toleration"); a pod that lands there carries that selector and toleration (rendered), so the nodes are usable."""
 
 
 @dataclass(frozen=True)
@@ -17,6 +30,9 @@ class UsableClass:
     gpu_pods_only: bool = False
     """Usable only by pods requesting its accelerators: a taint keyed on the accelerator resource (GKE's
     nvidia.com/gpu=present:NoSchedule) is tolerated the way the ExtendedResourceToleration admission plugin does."""
+    arch_tainted: bool = False
+    """Carries GKE's ``kubernetes.io/arch=arm64:NoSchedule``: usable by a pod selecting arm64 (rendered with the
+    toleration GKE would add)."""
 
 
 def _selector_matches(selector: dict[str, str], cls: HardwareClass, names: tuple[str, ...]) -> int:
@@ -51,6 +67,12 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
             left_out["unschedulable (cordoned)"] = left_out.get("unschedulable (cordoned)", 0) + len(names)
             continue
         blocking = [t for t in cls.taints if t.effect in _BLOCKING_EFFECTS and not tolerates(tolerations, t)]
+        arch_tainted = ARM64_TAINT in blocking and cls.arch == "arm64"
+        if arch_tainted:
+            blocking.remove(ARM64_TAINT)
+            notes.append(f"{_nodes(names)}: tainted kubernetes.io/arch=arm64:NoSchedule (GKE's Arm nodes): "
+                         "tolerated by a pod selecting kubernetes.io/arch=arm64, as GKE does; both rendered in the "
+                         "pod")  # fmt: skip
         implicit = extended_resource_tolerations(cls) if cls.has_gpu else []
         gpu_only = bool(blocking) and all(tolerates(implicit, t) for t in blocking)
         if gpu_only:
@@ -71,7 +93,7 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
                 "not matching hardware.nodeSelector", 0
             ) + len(names)
             continue
-        usable.append(UsableClass(cls, matching, gpu_only))
+        usable.append(UsableClass(cls, matching, gpu_only, arch_tainted))
         notes.extend(f"{_nodes(names)}: {note}" for note in cls.notes)
     # No node counts here: they change with every node that comes or goes, and the decision path (and so the
     # status) should only change when the choice does.

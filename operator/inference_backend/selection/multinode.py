@@ -61,7 +61,7 @@ class _Layout:
 def _layout(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, gpu: GPUFacts) -> _Layout | None:
     """The fewest nodes of ``gpu``'s node (at its widest tensor-parallel width) that hold one replica of ``engine``;
     None when one node holds it (something other than size kept it off) or no width/count works."""
-    if gpu.count <= 0 or gpu.mig:
+    if gpu.count <= 0 or gpu.mig or gpu.shared:
         return None
     caps = card(engine)
     if gpu.vendor not in caps.devices or (gpu.compute is not None and gpu.compute < caps.min_compute):

@@ -223,7 +223,8 @@ def engine_options(
                 continue
             dtype, _ = serving_dtype(engine, model, gpu)
             if caps.multi_gpu:
-                widths, _why = tensor_parallel_options(gpu.count, gpu.mig, model.attention_heads, model.kv_heads,
+                one = gpu.mig or gpu.shared  # no tensor parallel across MIG slices or shares of one card
+                widths, _why = tensor_parallel_options(gpu.count, one, model.attention_heads, model.kv_heads,
                                                        caps.layer_split)  # fmt: skip
             else:
                 widths = [1]

@@ -39,6 +39,7 @@ from inference_backend.quantity import gib
 from inference_backend.selection.hardware import Expression, UsableClass, gpu_node_exclusion, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
 from inference_backend.selection.multinode import engines_across_nodes, multi_node_layout, multi_node_options, needs
+from inference_backend.selection.nodefit import disk_miss, engine_classes, has_init, pod_disk, requests_miss
 from inference_backend.selection.options import MIB, Option, engine_options, serving_dtype
 from inference_backend.selection.planning import tokens_per_sequence
 
@@ -164,12 +165,17 @@ def select(
 
     best: dict[str, Option] = {}
     all_options: dict[str, list[Option]] = {}
+    disk_only: dict[str, str] = {}
     for engine in candidates:
-        options, why = engine_options(engine, spec, model, draft, gpu_classes, cpu_classes)
+        options, why, blocked = _engine_options(engine, spec, model, draft, gpu_classes, cpu_classes)
+        if blocked:
+            disk_only[engine] = blocked
         if not options:
             rejected[engine] = why
             continue
         all_options[engine] = options
+    if disk_only and accel != "cpu" and not any(o.placement.gpu for opts in all_options.values() for o in opts):
+        return refuse(_disk_refusal(disk_only))
     left_out: tuple[Current, str] | None = None
     if avoid is not None:
         fewer = _avoiding(avoid, avoid_why, all_options, rejected, reasons)
@@ -235,12 +241,71 @@ def select(
         off_gpus, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
         reasons.extend(notes)
     done = _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, off_gpus)
+    done = _pin_arch(done, choice, gpu_classes if choice.placement.gpu is not None else cpu_classes)
     chosen = choice.placement
     if chosen.multi_node and chosen.gpu is not None:
         per_node = spec.kv_cache.memory_fraction * chosen.gpu.memory_mib * MIB * chosen.gpus_per_node
         done = replace(done, multi_node=MultiNode(winner, chosen.gpu, chosen.gpus_per_node, chosen.pipeline_parallel,
                                                   choice.fit.required, per_node, chosen.nodes))  # fmt: skip
     return replace(done, avoided=left_out) if left_out is not None else done
+
+
+def _engine_options(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None,
+                    gpu: list[UsableClass], cpu: list[UsableClass]) -> tuple[list[Option], str, str]:  # fmt: skip
+    """The engine's placements on the nodes its image runs on and whose disk holds what it downloads, less those
+    whose node cannot hold the pod's requests (selection/nodefit.py); why none, when none; and, when a GPU node
+    would hold it but for its disk, that disk shortfall."""
+    f = engine_classes(engine, spec, model, draft, gpu, cpu)
+    options, why = engine_options(engine, spec, model, draft, f.gpu, f.cpu)
+    init = has_init(engine, model, draft)
+    left = dict(f.why)
+    kept = []
+    for o in options:
+        miss = requests_miss(o, spec, init)
+        if miss is None:
+            kept.append(o)
+        else:
+            left[miss] = left.get(miss, 0) + o.placement.nodes
+    blocked = ""
+    gpu_blocked = [u for u in f.disk_blocked if u.hardware.has_gpu]
+    if gpu_blocked and not any(o.placement.gpu for o in kept):
+        would, _ = engine_options(engine, spec, model, draft, gpu_blocked, [])
+        if would:
+            blocked = str(disk_miss(pod_disk(engine, model, draft), would[0].placement.hardware))
+            blocked = f"{would[0].placement.describe()} would hold it, but its node {blocked}"
+    if left and (not kept or why):
+        out = "; ".join(f"{n} node(s) left out: {r}" for r, n in sorted(left.items()))
+        why = f"{out}; {why}" if why and not why.startswith(("needs a GPU", "no usable node")) else out
+    return kept, why, blocked
+
+
+def _disk_refusal(disk_only: dict[str, str]) -> str:
+    engines = "; ".join(f"{e}: {why}" for e, why in disk_only.items())
+    return (f"the GPU nodes that hold the model cannot hold its weights on their disk ({engines}): set "
+            "spec.model.cache (pvc: an existing claim; storageClass: the operator creates a claim sized for the "
+            "weights) so the weights go to a volume instead of the node's ephemeral storage, or give the nodes "
+            "larger disks; not placed on CPU")  # fmt: skip
+
+
+def _pin_arch(done: Decision, choice: Option, pool: list[UsableClass]) -> Decision:
+    """``kubernetes.io/arch`` in the pod's nodeSelector when the nodes it may land on (the usable classes of its
+    pool) mix architectures, or when the chosen nodes carry GKE's arm64 taint (with the toleration GKE adds)."""
+    p = choice.placement
+    hw = p.hardware
+    mine = pool_of(p.gpu) if p.gpu is not None else None
+    landing = [u for u in pool if not (u.arch_tainted and u.hardware.arch != hw.arch)
+               and (mine is None or any(g.count > 0 and pool_of(g) == mine for g in u.hardware.gpus))]  # fmt: skip
+    archs = sorted({u.hardware.arch for u in landing} | {hw.arch})
+    tainted = any(u.arch_tainted and u.hardware == hw for u in pool)
+    if len(archs) == 1 and not tainted:
+        return done
+    why = []
+    if len(archs) > 1:
+        why.append(f"the nodes it may land on mix {' and '.join(archs)}")
+    if tainted:
+        why.append("the chosen nodes carry GKE's kubernetes.io/arch=arm64:NoSchedule taint (tolerated, as GKE does)")
+    line = f"nodeSelector kubernetes.io/arch={hw.arch}: {'; '.join(why)}"
+    return replace(done, reasons=(*done.reasons, line), arch=hw.arch, arch_toleration=tainted)
 
 
 def _cost(o: Option) -> int:
