@@ -49,3 +49,71 @@ def test_cpu_offload_reaches_vllm_exactly() -> None:
     args = container(spec)["args"]
     assert args[args.index("--kv-offloading-size") + 1] == "1.25"
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.123456789"
+
+
+def _refused(body: dict[str, Any], field: str) -> str:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as info:
+        ib(body)
+    text = str(info.value)
+    assert field in text, text
+    return text
+
+
+@pytest.mark.parametrize("name", ["--help", "-x", "a b", "tab\there", "new\nline", "nbsp\u00a0x", "\u2028", "x\x00"])
+def test_a_served_name_that_an_engine_would_read_as_a_flag_or_split_is_refused(name: str) -> None:
+    """servedName "--x" crash-looped the PyTorch runner (its parser read it as a flag)."""
+    _refused({"model": {"modelRef": "m", "servedName": name}}, "servedName")
+
+
+def test_a_served_name_reaches_the_runner_as_one_argument() -> None:
+    from inference_backend.runners.pytorch.args import build_parser
+
+    model = {"uri": "pvc://research-models/gpt-350m", "format": "pytorch", "parameters": "350M",
+             "servedName": "a=b;c$(HF_TOKEN)"}  # fmt: skip
+    spec = {"model": model, "hardware": {"accelerator": "cpu"}, "backend": "pytorch"}
+    c = container(spec, CPU)
+    assert c["args"][c["args"].index("--served-model-name") + 1] == "a=b;c$$(HF_TOKEN)"  # escaped for the kubelet
+    args = build_parser().parse_args([a.replace("$$", "$") for a in c["args"]])
+    assert args.served_model_name == "a=b;c$(HF_TOKEN)"
+
+
+@pytest.mark.parametrize("uri", [
+    "pvc://models/../../etc/passwd.gguf", "pvc://models/./x.gguf", "pvc://Bad_Claim!/m.gguf", "pvc://UPPER/m.gguf",
+    "pvc:///m.gguf", "pvc://" + "a" * 254 + "/m.gguf", "s3://b/../../x", "hf://org/repo/../x.gguf", "hf://org/a b",
+    "https://h/a\x00b", "s3://b//x",
+])  # fmt: skip
+def test_uris_that_leave_their_store_or_name_no_claim_are_refused(uri: str) -> None:
+    _refused({"model": {"uri": uri, "parameters": "1B"}}, "uri")
+    from inference_backend.api.model import Model
+
+    with pytest.raises(Exception, match="uri"):
+        Model.model_validate({"metadata": {"name": "m"}, "spec": {"uri": uri}})
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"kvHeads": 64, "attentionHeads": 8}, "kvHeads"), ({"kvHeads": 3, "attentionHeads": 8}, "kvHeads"),
+    ({"activeParameters": "13B", "parameters": "8B"}, "activeParameters"),
+    ({"activeParameters": "8001M", "parameters": "8B"}, "activeParameters"),
+    ({"hiddenSize": 4096, "headDim": 4096, "attentionHeads": 32}, "headDim"),
+    ({"hiddenSize": 4096, "headDim": 32, "attentionHeads": 32}, "headDim"),
+])  # fmt: skip
+def test_inconsistent_models_are_refused(fields: dict[str, Any], message: str) -> None:
+    """A Model with kvHeads 64 and attentionHeads 8 rendered, with the KV cache sized 8x."""
+    from inference_backend.api.model import Model
+
+    with pytest.raises(Exception, match=message):
+        Model.model_validate({"metadata": {"name": "m"}, "spec": {"uri": "hf://o/m", **fields}})
+
+
+@pytest.mark.parametrize("fields", [
+    {"kvHeads": 8, "attentionHeads": 32}, {"kvHeads": 1, "attentionHeads": 14},
+    {"activeParameters": "12.9B", "parameters": "46.7B"}, {"activeParameters": "8000M", "parameters": "8B"},
+    {"hiddenSize": 5376, "headDim": 128, "attentionHeads": 32},  # Gemma-3-27B
+    {"hiddenSize": 1024, "headDim": 128, "attentionHeads": 16},  # Qwen3-0.6B
+])  # fmt: skip
+def test_published_model_shapes_are_admitted(fields: dict[str, Any]) -> None:
+    from inference_backend.api.model import Model
+
+    Model.model_validate({"metadata": {"name": "m"}, "spec": {"uri": "hf://o/m", **fields}})

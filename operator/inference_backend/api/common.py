@@ -24,7 +24,36 @@ Quantization = Literal[
 GGUF_QUANTIZATIONS = frozenset(
     {"f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k"}
 )
-URI_PATTERN = r"^(hf|s3|gs|pvc|oci|https)://.+$"
+_NOT_TEXT = "\\x00-\\x20\\x7f-\\xa0\u1680\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
+"""Control characters, the space and Unicode's spaces (a regex character range: ``\\xNN`` escapes that Go's
+RE2, which the apiserver checks patterns with, and Python's re both read, then the other spaces as themselves)."""
+ARG_NAME_PATTERN = f"^[^-{_NOT_TEXT}][^{_NOT_TEXT}]*$"
+"""A name that becomes an engine argument (spec.model.servedName, adapter names): no whitespace or control
+characters, and not starting with ``-`` (an engine's parser would read it as a flag: the PyTorch runner crash-looped
+on a servedName ``--x``)."""
+_SEGMENT = f"([^/.{_NOT_TEXT}][^/{_NOT_TEXT}]*|\\.[^/.{_NOT_TEXT}][^/{_NOT_TEXT}]*|\\.\\.[^/{_NOT_TEXT}]+)"
+"""One path segment: not empty, not ``.`` or ``..``, no whitespace or control characters."""
+URI_PATTERN = (
+    f"^((hf|s3|gs|oci|https)://{_SEGMENT}(/{_SEGMENT})*|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*"
+    f"[a-z0-9])?)*(/{_SEGMENT})*)/?$"
+)
+"""Where the weights are: a scheme, then path segments that are never empty, ``.`` or ``..`` (a ``..`` would leave the
+claim, the bucket prefix or the download directory) and hold no whitespace or control characters; the claim of a
+pvc:// uri is a DNS-1123 subdomain (``pvc_claim_ok`` bounds its length), as a PersistentVolumeClaim's name is."""
+MAX_CLAIM = 253
+
+
+def pvc_claim_ok(uri: str | None) -> bool:
+    """A pvc:// uri's claim name is at most 253 characters (the rest of its grammar is URI_PATTERN's)."""
+    return uri is None or not uri.startswith("pvc://") or len(uri[6:].split("/")[0]) <= MAX_CLAIM
+
+
+PVC_CLAIM_RULE: dict[str, Any] = {
+    "rule": f"!has(self.uri) || !self.uri.startsWith('pvc://') || self.uri.substring(6).split('/')[0].size() <= "
+    f"{MAX_CLAIM}",
+    "message": f"uri: the claim of a pvc:// uri is a PersistentVolumeClaim name (a DNS-1123 subdomain of at most "
+    f"{MAX_CLAIM} characters)",
+}
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = DNS1123_SUBDOMAIN
 LABEL_VALUE_PATTERN = LABEL_VALUE

@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from inference_backend.api.common import (
+    ARG_NAME_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     GGUF_QUANTIZATIONS,
     IMAGE_PATTERN,
@@ -16,6 +17,7 @@ from inference_backend.api.common import (
     MAX_MAP,
     MAX_STR,
     PARAMETERS_PATTERN,
+    PVC_CLAIM_RULE,
     URI_PATTERN,
     ApiModel,
     Condition,
@@ -28,6 +30,7 @@ from inference_backend.api.common import (
     Quantization,
     ResourceRequirements,
     Toleration,
+    pvc_claim_ok,
     sub,
 )
 from inference_backend.api.model import BackendMeta
@@ -94,6 +97,7 @@ class ModelSource(ApiModel):
                     " || !has(self.format) || self.format == 'gguf'",
                     "message": "model.quantization is a GGUF type: model.format must be gguf",
                 },
+                PVC_CLAIM_RULE,
             ]
         }
     }
@@ -114,8 +118,9 @@ class ModelSource(ApiModel):
     """Weight quantization: none, awq, gptq, fp8, int8, bitsandbytes, or a GGUF type (q4_k_m, q8_0, ...)."""
     context_length: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Maximum context length in tokens served (the engine's max model length)."""
-    served_name: str | None = Field(default=None, min_length=1, max_length=256)
-    """Name clients send in OpenAI-style requests (default: the InferenceBackend's name)."""
+    served_name: str | None = Field(default=None, min_length=1, max_length=256, pattern=ARG_NAME_PATTERN)
+    """Name clients send in OpenAI-style requests (default: the InferenceBackend's name): no whitespace or control
+    characters, not starting with "-"."""
     credentials_secret: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """Name of a Secret with the token for the model store (key HF_TOKEN for hf://, AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY for s3://, GOOGLE_APPLICATION_CREDENTIALS_JSON for gs://). Never inline tokens."""
@@ -129,6 +134,8 @@ class ModelSource(ApiModel):
             raise ValueError("set model.modelRef or model.uri")
         if self.quantization in GGUF_QUANTIZATIONS and self.format not in (None, "gguf"):
             raise ValueError("model.quantization is a GGUF type: model.format must be gguf")
+        if not pvc_claim_ok(self.uri):
+            raise ValueError(PVC_CLAIM_RULE["message"])
         return self
 
 

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from inference_backend.api.common import (
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     INT64_MAX,
     PARAMETERS_PATTERN,
+    PVC_CLAIM_RULE,
     URI_PATTERN,
     ApiModel,
     DType,
     Format,
     Int,
     Quantization,
+    pvc_claim_ok,
 )
 from inference_backend.names import MAX_NAME
 
@@ -33,20 +35,51 @@ class Tokenizer(ApiModel):
     or the GGUF token list); when target and draft both have one, the draft check compares it."""
 
 
+MAX_HEADS = 2**20
+"""Bound of attentionHeads, kvHeads and headDim (the largest models have 128 heads of 256 dimensions)."""
+MAX_HIDDEN = 2**30
+_UNIT = "{'K': 1000.0, 'M': 1000000.0, 'B': 1000000000.0, 'T': 1000000000000.0}"
+
+
+def _count_cel(field: str) -> str:
+    """CEL for a parameter count field as a double: the number times its unit."""
+    return (f"double(self.{field}.substring(0, self.{field}.size() - 1)) * "
+            f"{_UNIT}[self.{field}.substring(self.{field}.size() - 1)]")  # fmt: skip
+
+
+def parameters_double(text: str) -> float:
+    """A parameter count as CEL computes it above (the same double arithmetic, so both sides agree exactly)."""
+    return float(text[:-1]) * {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[text[-1]]
+
+
+HIDDEN_RATIO = (0.5, 4)
+"""headDim x attentionHeads over hiddenSize, at least and at most. Published configs (config.json) range from 0.76
+(Gemma-3-27B: 128 x 32 / 5376) and 0.8 (Mistral-Nemo: 128 x 32 / 5120) through 1 (Llama, Qwen2.5, Mistral) to 2
+(Qwen3-0.6B: 128 x 16 / 1024; Qwen3-30B-A3B: 128 x 32 / 2048): this allows a factor 1.5 to 2 beyond them and still
+refuses a headDim given for the hidden size (x heads) or a per-group figure."""
+_MODEL_RULES: list[dict[str, str]] = [
+    {"rule": "!has(self.activeExpertsPerToken) || !has(self.experts) || self.activeExpertsPerToken <= self.experts",
+     "message": "activeExpertsPerToken must not exceed experts"},
+    {"rule": "!has(self.kvHeads) || !has(self.attentionHeads) || (self.kvHeads <= self.attentionHeads && "
+             "self.attentionHeads % self.kvHeads == 0)",
+     "message": "kvHeads must divide attentionHeads (each key/value head serves a whole group of query heads)"},
+    {"rule": "!has(self.hiddenSize) || !has(self.headDim) || !has(self.attentionHeads) || "
+             "(2 * self.headDim * self.attentionHeads >= self.hiddenSize && "
+             "self.headDim * self.attentionHeads <= 4 * self.hiddenSize)",
+     "message": "headDim x attentionHeads must be between half and 4 times hiddenSize (published models: 0.76 to 2)"},
+    {"rule": "!has(self.activeParameters) || !has(self.parameters) || "
+             f"{_count_cel('activeParameters')} <= {_count_cel('parameters')}",
+     "message": "activeParameters must not exceed parameters"},
+    PVC_CLAIM_RULE,
+]  # fmt: skip
+
+
 class ModelSpec(ApiModel):
     """What a model is, so the operator can size it, pick an engine and check a draft model against it."""
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.activeExpertsPerToken) || !has(self.experts)"
-                    " || self.activeExpertsPerToken <= self.experts",
-                    "message": "activeExpertsPerToken must not exceed experts",
-                },
-            ]
-        }
-    }
+    model_config = ApiModel.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": _MODEL_RULES}  # type: ignore[dict-item]
+    )
 
     uri: str = Field(pattern=URI_PATTERN, max_length=2048)
     """Where the weights are: hf://org/name, s3://bucket/path, gs://bucket/path, pvc://claim/path, oci://image,
@@ -68,25 +101,45 @@ class ModelSpec(ApiModel):
     """Tokenizer identity, needed to accept the model as a speculative-decoding draft or target."""
     layers: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Transformer layers (num_hidden_layers), for KV cache sizing."""
-    kv_heads: Int | None = Field(default=None, ge=1, le=INT64_MAX)
-    """Key/value heads (num_key_value_heads), for KV cache sizing."""
-    head_dim: Int | None = Field(default=None, ge=1, le=INT64_MAX)
+    kv_heads: Int | None = Field(default=None, ge=1, le=MAX_HEADS)
+    """Key/value heads (num_key_value_heads), for KV cache sizing: at most attentionHeads, and dividing them."""
+    head_dim: Int | None = Field(default=None, ge=1, le=MAX_HEADS)
     """Dimension of one attention head, for KV cache sizing."""
-    attention_heads: Int | None = Field(default=None, ge=1, le=INT64_MAX)
+    hidden_size: Int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
+    """Width of the residual stream (hidden_size): with headDim and attentionHeads, a check that the attention shape
+    is the model's (headDim x attentionHeads between half and 4 times it)."""
+    attention_heads: Int | None = Field(default=None, ge=1, le=MAX_HEADS)
     """Query heads (num_attention_heads): tensor parallelism must divide them, and divide (or be a multiple of)
     kvHeads. Absent: taken from the built-in architecture table when the uri names a known model."""
     experts: Int | None = Field(default=None, ge=2, le=INT64_MAX)
     """Mixture of experts: routed experts per layer (num_local_experts). Absent for a dense model."""
     active_experts_per_token: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Mixture of experts: experts each token is routed to (num_experts_per_tok)."""
-    active_parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN)
+    active_parameters: str | None = Field(default=None, pattern=PARAMETERS_PATTERN, max_length=16)
     """Mixture of experts: parameters one token uses (dense part + its active experts), e.g. 12.9B for an 8x7B
     model. Memory is sized by parameters (all weights are loaded); speed is rated by activeParameters."""
 
     @model_validator(mode="after")
-    def _experts(self) -> ModelSpec:  # mirrors the CEL rule above, for the offline CLI
+    def _consistent(self) -> ModelSpec:  # mirrors the CEL rules above, for the offline CLI
         if self.active_experts_per_token and self.experts and self.active_experts_per_token > self.experts:
             raise ValueError(f"activeExpertsPerToken: {self.active_experts_per_token} exceeds experts {self.experts}")
+        if (
+            self.kv_heads
+            and self.attention_heads
+            and (self.kv_heads > self.attention_heads or self.attention_heads % self.kv_heads)
+        ):
+            raise ValueError(f"kvHeads {self.kv_heads} must divide attentionHeads {self.attention_heads} (each "
+                             "key/value head serves a whole group of query heads)")  # fmt: skip
+        if self.hidden_size and self.head_dim and self.attention_heads:
+            width = self.head_dim * self.attention_heads
+            if not (2 * width >= self.hidden_size and width <= 4 * self.hidden_size):
+                raise ValueError(f"headDim x attentionHeads = {width} must be between half and 4 times hiddenSize "
+                                 f"{self.hidden_size} (published models: 0.76 to 2)")  # fmt: skip
+        if (self.active_parameters and self.parameters
+                and parameters_double(self.active_parameters) > parameters_double(self.parameters)):  # fmt: skip
+            raise ValueError(f"activeParameters {self.active_parameters} exceeds parameters {self.parameters}")
+        if not pvc_claim_ok(self.uri):
+            raise ValueError(PVC_CLAIM_RULE["message"])
         return self
 
 

@@ -105,6 +105,7 @@ def _read(reader: Any, path: Path, facts: Facts) -> None:
     ):
         facts.set(name, _count(_value(reader, f"{arch}.{key}")), f"{arch}.{key}")
     heads, embd = facts.values.get("attentionHeads"), _count(_value(reader, f"{arch}.embedding_length"))
+    facts.set("hiddenSize", embd, f"{arch}.embedding_length")
     if "kvHeads" not in facts.values and heads:
         facts.set("kvHeads", heads, f"no {arch}.attention.head_count_kv: multi-head attention (= heads)")
     if "headDim" not in facts.values and heads and embd and embd % heads == 0:

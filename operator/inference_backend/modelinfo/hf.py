@@ -58,6 +58,8 @@ def set_architecture_facts(config: dict[str, Any], where: str, facts: Facts) -> 
             facts.set("kvHeads", heads, f"{where}: no num_key_value_heads, so multi-head attention (= heads)")
     head_dim = first_int(config, "head_dim")
     hidden = first_int(config, "hidden_size", "n_embd", "d_model")
+    if hidden:
+        facts.set("hiddenSize", hidden[0], f"{where} {hidden[1]}")
     if head_dim:
         facts.set("headDim", head_dim[0], f"{where} head_dim")
     elif hidden and heads:
