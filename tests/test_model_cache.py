@@ -35,8 +35,8 @@ def _ib(cache: Any, **model: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("cache", "loc", "message"), [
-    ({}, "spec.model.cache", "set one of pvc and hostPath"),
-    ({"pvc": "a", "hostPath": "/x"}, "spec.model.cache", "set one of pvc and hostPath"),
+    ({}, "spec.model.cache", "set one of pvc, storageClass and hostPath"),
+    ({"pvc": "a", "hostPath": "/x"}, "spec.model.cache", "set one of pvc, storageClass and hostPath"),
     ({"hostPath": "/x", "size": "1Gi"}, "spec.model.cache", "size applies to model.cache.pvc"),
     ({"pvc": "Not_A_Name"}, "spec.model.cache.pvc", "pattern"),
     ({"hostPath": "relative/dir"}, "spec.model.cache.hostPath", "pattern"),

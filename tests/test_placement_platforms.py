@@ -232,3 +232,33 @@ def test_node_whose_cpu_cannot_hold_the_fetch_init_container_is_left_out_with_th
     assert d.backend is None
     why = dict(d.rejected)["onnxruntime"]
     assert "the fetch init container 1 CPU" in why and "the node allocates 0 CPU" in why
+
+
+@pytest.mark.parametrize(("replicas", "mode"), [(1, "ReadWriteOnce"), (2, "ReadWriteMany")])
+def test_storage_class_cache_creates_one_claim_sized_from_the_weights(replicas: int, mode: str) -> None:
+    raw = {"replicas": replicas, "model": {"modelRef": "llama-3-1-70b", "cache": {"storageClass": "filestore"}}}
+    d = decide(raw, [P.gke_a3("a3-1"), P.gke_a3("a3-2")])
+    assert d.backend == "vllm"  # placed: the weights go to the claim, not to the 95 GiB boot disk
+    ib = InferenceBackend.model_validate({"apiVersion": "serving.inferencebackend.io/v1alpha1",
+                                          "kind": "InferenceBackend", "metadata": {"name": "llama", "namespace": "ml"},
+                                          "spec": raw})  # fmt: skip
+    objects = render_result(ib, d).objects
+    claims = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    assert [c["metadata"]["name"] for c in claims] == ["llama-weights"]
+    assert claims[0]["spec"] == {"accessModes": [mode], "storageClassName": "filestore",
+                                 "resources": {"requests": {"storage": "146Gi"}}}  # fmt: skip
+    pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "weights-cache", "persistentVolumeClaim": {"claimName": "llama-weights"}} in pod["volumes"]
+    assert pod["initContainers"][0]["command"][:2] == ["inference-backend", "fetch"]
+    assert lands(raw, d, P.gke_a3("a3-1"), []) == []
+
+
+def test_storage_class_cache_takes_the_given_size_and_refuses_two_sources() -> None:
+    raw = {"model": {"modelRef": "llama-3-1-8b", "cache": {"storageClass": "standard-rwo", "size": "40Gi"}}}
+    d = decide(raw, [P.gke_a3("a3-1")])
+    body = {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend", "metadata": {"name": "c"}}
+    ib = InferenceBackend.model_validate({**body, "spec": raw})
+    (claim,) = [o for o in render_result(ib, d).objects if o["kind"] == "PersistentVolumeClaim"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "40Gi"
+    with pytest.raises(ValueError, match="set one of pvc, storageClass and hostPath"):
+        spec(model={"modelRef": "x", "cache": {"storageClass": "a", "pvc": "b"}})

@@ -38,6 +38,8 @@ class WeightsCache:
     claim: str | None = None
     host_path: str | None = None
     size: str | int | None = None
+    storage_class: str | None = None
+    """The operator creates the claim (render.py weights_claim); ``claim`` is set to its name when rendering."""
 
 
 @dataclass(frozen=True)

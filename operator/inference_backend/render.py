@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -250,6 +250,42 @@ def _check_cache(ib: InferenceBackend, decision: Decision, weights: str, securit
         security["fsGroupChangePolicy"] = "OnRootMismatch"
 
 
+def weights_claim_name(name: str) -> str:
+    """The PersistentVolumeClaim the operator creates for spec.model.cache.storageClass."""
+    return f"{name}-weights"
+
+
+def _named_claim(ib: InferenceBackend, decision: Decision) -> Decision:
+    """The decision with a storageClass cache's claim named (the pods mount the claim the operator creates)."""
+    m = decision.model
+    if m is None or m.cache is None or m.cache.storage_class is None or m.cache.claim is not None:
+        return decision
+    cache = replace(m.cache, claim=weights_claim_name(ib.metadata.name))
+    return replace(decision, model=replace(m, cache=cache))
+
+
+def weights_claim(ib: InferenceBackend, decision: Decision, lbl: dict[str, str]) -> list[Json]:
+    """spec.model.cache.storageClass: the PersistentVolumeClaim of that class the weights are downloaded into once,
+    sized from them (spec.model.cache.size when given), ReadWriteMany when several pods mount it at once (replicas,
+    autoscaling.maxReplicas or a replica across nodes above 1), else ReadWriteOnce. Owned by the InferenceBackend
+    (the kube layer adds the owner reference), so deleting it deletes the claim."""
+    cache = ib.spec.model.cache
+    if cache is None or cache.storage_class is None:
+        return []
+    spec = ib.spec
+    most = spec.replicas if spec.autoscaling is None else spec.autoscaling.max_replicas
+    shared = most > 1 or (decision.placement is not None and decision.placement.multi_node)
+    size = cache.size or _weights_quantity(decision)
+    return [{
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": weights_claim_name(ib.metadata.name), "namespace": ib.metadata.namespace or "default",
+                     "labels": dict(lbl)},
+        "spec": {"accessModes": ["ReadWriteMany" if shared else "ReadWriteOnce"],
+                 "storageClassName": cache.storage_class, "resources": {"requests": {"storage": str(size)}}},
+    }]  # fmt: skip
+
+
 def _weights_quantity(decision: Decision) -> str:
     """Disk for one copy of the weights as their files hold them (the draft's included), with a tenth and 1 GiB of
     headroom (tokenizer, config, partial downloads): memory.disk_bytes, the figure the selection checked against
@@ -288,6 +324,8 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     name = ib.metadata.name
     namespace = ib.metadata.namespace or "default"
     engine = decision.backend
+    decision = _named_claim(ib, decision)
+    assert decision.placement is not None
     c = ENGINES[engine](decision, spec, name)
     lbl = labels(ib, engine)
     on_gpu = decision.placement.gpu is not None
@@ -370,7 +408,8 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     names = object_names(ib)
     meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
     deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
-    objects: list[Json] = [*claim, deployment, *_service_and_pdb(ib, c, lbl, selector_labels(ib))]
+    objects: list[Json] = [*claim, *weights_claim(ib, decision, lbl), deployment,
+                           *_service_and_pdb(ib, c, lbl, selector_labels(ib))]  # fmt: skip
     if spec.autoscaling is not None:
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names["Deployment"]}
         objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
@@ -527,7 +566,7 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
             "remove spec.autoscaling and set spec.replicas, or choose GPUs where one node holds a replica",
         )
     serving = {**selector_labels(ib), WORKER_INDEX_LABEL: "0"}
-    objects = [*claim, lws, *_service_and_pdb(ib, c, lbl, serving)]
+    objects = [*claim, *weights_claim(ib, decision, lbl), lws, *_service_and_pdb(ib, c, lbl, serving)]
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 

@@ -60,27 +60,38 @@ class ModelCache(ApiModel):
     model_config = ApiModel.model_config | {
         "json_schema_extra": {
             "x-kubernetes-validations": [
-                {"rule": "has(self.pvc) != has(self.hostPath)", "message": "model.cache: set one of pvc and hostPath"},
-                {"rule": "!has(self.size) || has(self.pvc)", "message": "model.cache.size applies to model.cache.pvc"},
+                {
+                    "rule": "[has(self.pvc), has(self.hostPath), has(self.storageClass)].filter(x, x).size() == 1",
+                    "message": "model.cache: set one of pvc, storageClass and hostPath",
+                },
+                {
+                    "rule": "!has(self.size) || has(self.pvc) || has(self.storageClass)",
+                    "message": "model.cache.size applies to model.cache.pvc and model.cache.storageClass",
+                },
             ]
         }
     }
     pvc: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """Name of an existing PersistentVolumeClaim in the namespace (ReadWriteMany for replicas on several nodes).
     The pod gets fsGroup 65532, the fetch step's user, so it can write there."""
+    storage_class: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
+    """A StorageClass: the operator creates a PersistentVolumeClaim ``<name>-weights`` of it, owned by the
+    InferenceBackend (deleted with it) and sized from the weights (``size`` when given), ReadWriteMany when several
+    pods share it (replicas, autoscaling.maxReplicas or a replica across nodes above 1), else ReadWriteOnce; the
+    first pod downloads into it once. The class must offer that access mode (RWX: a file store)."""
     size: Quantity | None = None
-    """The claim's capacity, when given: the operator refuses a cache smaller than the weights need (it does not
-    create or resize the claim)."""
+    """The claim's capacity: with ``pvc``, the operator refuses a cache smaller than the weights need (it does not
+    create or resize that claim); with ``storageClass``, the size of the claim it creates."""
     host_path: str | None = Field(default=None, pattern=HOST_PATH_PATTERN, max_length=4096)
     """A directory on each node (hostPath, created when missing, writable by uid 65532): every node downloads once.
     Pod Security "restricted" (and "baseline") refuse hostPath volumes: such a namespace rejects the pods."""
 
     @model_validator(mode="after")
     def _one_of(self) -> ModelCache:
-        if (self.pvc is None) == (self.host_path is None):
-            raise ValueError("model.cache: set one of pvc and hostPath")
-        if self.size is not None and self.pvc is None:
-            raise ValueError("model.cache.size applies to model.cache.pvc")
+        if [self.pvc, self.host_path, self.storage_class].count(None) != 2:
+            raise ValueError("model.cache: set one of pvc, storageClass and hostPath")
+        if self.size is not None and self.pvc is None and self.storage_class is None:
+            raise ValueError("model.cache.size applies to model.cache.pvc and model.cache.storageClass")
         return self
 
 

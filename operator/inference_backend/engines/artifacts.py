@@ -95,6 +95,8 @@ def split_uri(uri: str) -> tuple[str, str]:
     return scheme, rest.strip("/")
 
 
+CLAIM_PLACEHOLDER = "weights"
+"""The claim name of a spec.model.cache.storageClass cache when nothing named it (render.py always does)."""
 FETCH_REQUESTS = {"cpu": "1", "memory": "1Gi"}
 """What a fetch init container requests (the selection counts it against the node's allocatable)."""
 CACHE_VOLUME, CACHE_MOUNT = "weights-cache", "/weights-cache"
@@ -109,8 +111,9 @@ def cache_key(uri: str) -> str:
 
 
 def cache_volume(cache: WeightsCache) -> Json:
-    if cache.claim is not None:
-        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim}}
+    if cache.claim is not None or cache.storage_class is not None:
+        # a StorageClass: the claim the operator creates, named by render.py (weights_claim_name) before rendering
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache.claim or CLAIM_PLACEHOLDER}}
     return {"name": CACHE_VOLUME, "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
 
 

@@ -183,4 +183,4 @@ def _cache(source: ModelSource) -> WeightsCache | None:
     cache = source.cache
     if cache is None:
         return None
-    return WeightsCache(claim=cache.pvc, host_path=cache.host_path, size=cache.size)
+    return WeightsCache(claim=cache.pvc, host_path=cache.host_path, size=cache.size, storage_class=cache.storage_class)
