@@ -34,6 +34,9 @@ ALLOWED = [
     ("get", "poddisruptionbudgets.policy"),
     ("create", "events"),
     ("list", "nodes"),
+    ("watch", "resourceslices.resource.k8s.io"),
+    ("create", "resourceclaimtemplates.resource.k8s.io"),
+    ("patch", "persistentvolumeclaims"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("patch", "clusterkopfpeerings.kopf.dev"),
 ]
@@ -49,6 +52,8 @@ DENIED = [
     ("list", "namespaces"),
     ("create", "pods"),
     ("patch", "nodes"),
+    ("delete", "persistentvolumeclaims"),
+    ("create", "resourceslices.resource.k8s.io"),
     ("create", "events.events.k8s.io"),
     ("create", "models.serving.inferencebackend.io"),
 ]

@@ -124,6 +124,8 @@ NAMESPACED = {
     ("policy", "poddisruptionbudgets"): {"list", "watch", "get", "create", "patch"},
     ("", "events"): {"create"},
     ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "create", "patch"},
+    ("resource.k8s.io", "resourceclaimtemplates"): {"get", "create", "patch"},
 }
 
 
@@ -135,6 +137,7 @@ def test_rbac_is_exactly_what_the_operator_uses_cluster_wide() -> None:
     assert {(g, r): v for (_, g, r), v in cluster.items()} == {
         **NAMESPACED,
         ("", "nodes"): {"list", "watch"},
+        ("resource.k8s.io", "resourceslices"): {"list", "watch"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("kopf.dev", "clusterkopfpeerings"): {"list", "watch", "patch"},
     }, "no namespaces (kopf lists them only when it watches some), no patch on the backends themselves"
@@ -146,6 +149,7 @@ def test_rbac_not_cluster_wide_is_a_role_per_watched_namespace() -> None:
     cluster = _rules(docs, "ClusterRole")
     assert {(g, r): v for (_, g, r), v in cluster.items()} == {
         ("", "nodes"): {"list", "watch"},
+        ("resource.k8s.io", "resourceslices"): {"list", "watch"},
         ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
         ("", "namespaces"): {"list", "watch"},
     }, "only cluster-scoped facts cluster-wide"

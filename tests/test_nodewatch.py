@@ -42,3 +42,40 @@ def test_a_relisting_drops_the_nodes_that_are_gone() -> None:
     assert nodes.replace([node("a"), node("gpu", "l4", 1)]) is True
     assert sorted(nodes.by_name) == ["a", "gpu"]
     assert nodes.replace([node("a"), node("gpu", "l4", 1)]) is False
+
+
+def test_resource_slices_add_dra_gpus_to_their_node_and_removing_them_asks_for_a_reselection() -> None:
+    from ib_testkit import platforms as P
+
+    nodes = NodeClasses()
+    nodes.update(P.dra_node("dra-1"))
+    assert not nodes.by_name["dra-1"].has_gpu
+    slice_ = P.nvidia_slice("dra-1", count=8)
+    assert nodes.slice_event("ADDED", slice_)  # a known node changed class: its placements are re-checked
+    gpus = nodes.by_name["dra-1"].gpus
+    assert [(g.count, g.resource, g.dra) for g in gpus] == [(8, "gpu.nvidia.com", "gpu.nvidia.com")]
+    nodes.update(P.dra_node("dra-1"))  # a Node event keeps the devices its slices publish
+    assert nodes.by_name["dra-1"].has_gpu
+    assert nodes.slice_event("DELETED", slice_)
+    assert not nodes.by_name["dra-1"].has_gpu
+    other = {**slice_, "spec": {**slice_["spec"], "driver": "example.com/nic"}}
+    assert not nodes.slice_event("ADDED", other)  # not a GPU driver's
+
+
+def test_the_gpu_ledger_reads_a_dra_workloads_pool_back_from_its_template() -> None:
+    from ib_testkit import platforms as P
+    from ib_testkit.factories import MODELS, spec
+    from inference_backend.api import InferenceBackend
+    from inference_backend.capacity import wanted
+    from inference_backend.controller.world import Child, slim_child
+    from inference_backend.facts import group_nodes
+    from inference_backend.render import render
+    from inference_backend.selection import select
+
+    raw = {"replicas": 2, "model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "w"}}}
+    d = select(spec(**raw), group_nodes([P.dra_node("dra-1"), P.nvidia_slice("dra-1")]), MODELS)
+    body = {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend", "metadata": {"name": "x"}}
+    ib = InferenceBackend.model_validate({**body, "spec": raw})
+    deployment = next(o for o in render(ib, d) if o["kind"] == "Deployment")
+    child = Child("h", slim_child("Deployment", deployment["spec"], {}))
+    assert child.gpus == wanted(d, 2)  # the pool (DeviceClass and attributes) and 2 x 4 devices

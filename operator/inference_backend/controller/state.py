@@ -133,6 +133,8 @@ class OperatorState:
         loop = asyncio.get_running_loop()
         watch = self.nodes.run(AsyncClient(), self.on_nodes_changed, on_added=self.wake_waiting)
         self._tasks.append(loop.create_task(watch, name="node watch"))
+        slices = self.nodes.run_slices(AsyncClient(), self.on_nodes_changed, on_added=self.wake_waiting)
+        self._tasks.append(loop.create_task(slices, name="ResourceSlice watch"))
         self.queue.run(self.process, self.workers)
 
     @property

@@ -16,7 +16,7 @@ from inference_backend.capacity import GpuLedger
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
 from inference_backend.pods import PodSummary
 from inference_backend.rollout import Live
-from inference_backend.vocabulary import SPEC_HASH
+from inference_backend.vocabulary import DRA_POOL_ANNOTATION, SPEC_HASH
 
 UNSCHEDULABLE_GRACE = 300.0
 """The default grace period (the operator's --unschedulable-grace-seconds): five minutes covers a cluster
@@ -40,7 +40,8 @@ class Child:
         replicas x its group size pods, each requesting the GPUs of one node); None when it requests none."""
         spec = self.body.get("spec") or {}
         pod = (spec.get("template") or {}).get("spec") or {}
-        return pod_pool(pod, int(spec.get("replicas", 1) or 0) * int(spec.get("size", 1) or 1))
+        annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+        return pod_pool(pod, int(spec.get("replicas", 1) or 0) * int(spec.get("size", 1) or 1), annotations)
 
 
 WORKLOADS = ("Deployment", "LeaderWorkerSet")
@@ -64,7 +65,8 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     limits = [((c.get("resources") or {}).get("limits") or {}) for c in pod.get("containers") or []]
     containers = [{"resources": {"limits": {r: n for r, n in lim.items() if is_device_resource(r)}}} for lim in limits]
     annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
-    template = {"metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH)}},
+    kept = {k: annotations[k] for k in (DRA_POOL_ANNOTATION,) if k in annotations}  # a DRA placement's pool
+    template = {"metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH), **kept}},
                 "spec": {"nodeSelector": selector, "containers": containers}}  # fmt: skip
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
     status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions,

@@ -28,6 +28,7 @@ from inference_backend.facts.nodes import (
     group_nodes,
     hardware_class,
     tolerates,
+    with_devices,
 )
 from inference_backend.facts.pools import (
     SELECTOR_KEYS,
@@ -88,4 +89,5 @@ __all__ = [
     "product_matches",
     "reserved",
     "tolerates",
+    "with_devices",
 ]  # fmt: skip

@@ -371,6 +371,14 @@ def _dra_gpus(devices: Sequence[Device]) -> tuple[list[GPUFacts], list[str]]:
     return gpus, notes
 
 
+def with_devices(cls: HardwareClass, devices: Sequence[Device]) -> HardwareClass:
+    """``cls`` (a node's class from its Node alone) with the GPUs DRA drivers publish for the node."""
+    if not devices:
+        return cls
+    dra, notes = _dra_gpus(devices)
+    return replace(cls, gpus=(*cls.gpus, *dra), notes=(*cls.notes, *notes))
+
+
 def hardware_class(node: Mapping[str, Any], devices: Sequence[Device] = ()) -> tuple[str, HardwareClass]:
     """Parse one v1 Node (a dict as the API returns it) into its name and hardware class. ``devices``: the node's
     devices published by GPU DRA drivers in ResourceSlices (facts/dra.py), placed through resource claims."""
