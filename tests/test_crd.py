@@ -67,9 +67,11 @@ def test_cel_rules() -> None:
     assert "has(self.modelRef) || has(self.uri)" in rules
     sd = spec["properties"]["speculativeDecoding"]["x-kubernetes-validations"]
     assert sd[0]["rule"] == "self.method != 'draft' || has(self.draftModelRef)"
-    # from the cards: the KV cache types, GPU-only engines, two autoscaling signals some engines lack, scale to zero
+    # from the cards: the KV cache types, GPU-only engines, two autoscaling signals some engines lack, scale to zero,
+    # the engines' int32 flags
     fields = [r["message"].split(" ")[0] for r in spec["x-kubernetes-validations"]]
-    assert fields == ["kvCache.dtype", "backend", "autoscaling.metric", "autoscaling.metric", "autoscaling.minReplicas"]
+    assert fields == ["kvCache.dtype", "backend", "autoscaling.metric", "autoscaling.metric", "autoscaling.minReplicas",
+                      "batching.maxBatchTokens"]  # fmt: skip
     auto = [r["rule"] for r in spec["properties"]["autoscaling"]["x-kubernetes-validations"]]
     assert "self.minReplicas <= self.maxReplicas" in auto
 

@@ -117,3 +117,67 @@ def test_published_model_shapes_are_admitted(fields: dict[str, Any]) -> None:
     from inference_backend.api.model import Model
 
     Model.model_validate({"metadata": {"name": "m"}, "spec": {"uri": "hf://o/m", **fields}})
+
+
+def test_max_batch_tokens_follows_the_tightest_engine_flag() -> None:
+    """batching.maxBatchTokens at its int64 maximum rendered llama-server's -b 9223372036854774784 (an int32)."""
+    from inference_backend.decision import InvalidSpec
+    from inference_backend.engines import check_spec
+
+    cpu = {"model": {"modelRef": "llama-3-2-1b-gguf"}, "hardware": {"accelerator": "cpu"}, "backend": "llamacpp"}
+    with pytest.raises(InvalidSpec, match=r"batching.maxBatchTokens must be at most 2147483647 \(llama.cpp's -b"):
+        check_spec(ib({**cpu, "batching": {"maxBatchTokens": 2**31}}).spec)
+    args = container({**cpu, "batching": {"maxBatchTokens": 2**31 - 1}}, CPU)["args"]
+    assert args[args.index("-b") + 1] == "2147483647"
+
+
+def test_a_derived_value_past_an_engine_bound_is_refused_naming_its_field() -> None:
+    """llama-server's -c is the context times the slots: an int32 too."""
+    from inference_backend.decision import InvalidSpec
+    from inference_backend.engines import REGISTRY, llamacpp
+
+    b = ib({"model": {"modelRef": "llama-3-2-1b-gguf"}, "hardware": {"accelerator": "cpu"}, "backend": "llamacpp"})
+    d = select(b.spec, cluster(*CPU), MODELS)
+    assert d.model is not None and d.backend == "llamacpp"
+    from dataclasses import replace
+
+    huge = replace(d, model=replace(d.model, context_length=2**30))
+    with pytest.raises(InvalidSpec, match="renders -c") as info:
+        llamacpp.container(huge, b.spec, "t")
+    assert info.value.field == "spec.model.contextLength"
+    assert all(b.maximum > 0 and b.source for c in REGISTRY for b in c.flag_bounds.values())
+
+
+def _resources(user: dict[str, Any], nodes: list[dict[str, Any]] = GPU) -> dict[str, Any]:
+    spec = {"model": {"modelRef": "llama-3-1-8b"}, "backend": "vllm", "resources": user}
+    r: dict[str, Any] = container(spec, nodes)["resources"]
+    return r
+
+
+def test_a_request_above_the_computed_limit_raises_it() -> None:
+    """requests.memory 1000Gi was merged key by key: the limit stayed at the computed value and the apiserver
+    refused the Deployment on every reconcile."""
+    r = _resources({"requests": {"memory": "1000Gi"}}, [node("h100", "h100", 8, memory="2Ti")])
+    assert r["requests"]["memory"] == r["limits"]["memory"] == "1000Gi"
+
+
+def test_a_limit_below_the_computed_request_caps_it() -> None:
+    r = _resources({"limits": {"memory": "1Gi", "cpu": "500m"}})
+    assert r["requests"]["memory"] == r["limits"]["memory"] == "1Gi"
+    assert r["requests"]["cpu"] == r["limits"]["cpu"] == "500m"
+
+
+@pytest.mark.parametrize("side", ["requests", "limits"])
+def test_an_extended_resource_given_once_sets_request_and_limit(side: str) -> None:
+    r = _resources({side: {"nvidia.com/gpu": 2, "hugepages-2Mi": "1Gi"}})
+    for key, value in (("nvidia.com/gpu", 2), ("hugepages-2Mi", "1Gi")):
+        assert r["requests"][key] == r["limits"][key] == value
+
+
+@pytest.mark.parametrize("user", [
+    {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
+    {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}},
+    {"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "2Gi"}},
+])  # fmt: skip
+def test_requests_and_limits_that_kubernetes_refuses_are_refused_at_admission(user: dict[str, Any]) -> None:
+    _refused({"model": {"modelRef": "m"}, "resources": user}, "resources")

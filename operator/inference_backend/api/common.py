@@ -325,8 +325,36 @@ class EnvVar(ApiModel):
         return self
 
 
+def _q(side: str) -> str:
+    return f"quantity(string(self.{side}[k]))"
+
+
+_BOTH = "k in self.limits && isQuantity(string(self.requests[k])) && isQuantity(string(self.limits[k]))"
+RESOURCE_RULES = [
+    {"rule": f"self.requests.all(k, !({_BOTH}) || !{_q('requests')}.isGreaterThan({_q('limits')}))",
+     "message": "resources: a request above its limit (give one of them: a request alone raises the computed limit, "
+                "a limit alone caps the computed request)"},
+    {"rule": f"self.requests.all(k, !(k.contains('/') || k.startsWith('hugepages-')) || !({_BOTH}) || "
+             f"{_q('requests')}.compareTo({_q('limits')}) == 0)",
+     "message": "resources: an extended resource or hugepages request must equal its limit (give one of them: it "
+                "sets both)"},
+]  # fmt: skip
+
+
+def exact_resource(name: str) -> bool:
+    """Extended resources (domain/name) and hugepages: no overcommit, request = limit (core/v1 IsOvercommitAllowed)."""
+    return "/" in name or name.startswith("hugepages-")
+
+
 class ResourceRequirements(ApiModel):
-    """Requests and limits for the engine container (core/v1 ResourceRequirements)."""
+    """Requests and limits for the engine container (core/v1 ResourceRequirements). Merged into the computed ones
+    as Kubernetes users expect (docs/security.md, "spec.resources"): a request above the computed limit raises it,
+    a limit below the computed request caps it; an extended resource or hugepages given once sets both its request
+    and its limit."""
+
+    model_config = ApiModel.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": RESOURCE_RULES}  # type: ignore[dict-item]
+    )
 
     requests: ResourceMap = Field(
         default_factory=dict, max_length=16, json_schema_extra={"x-kubernetes-validations": [RESOURCE_NAMES_RULE]}
@@ -336,6 +364,16 @@ class ResourceRequirements(ApiModel):
         default_factory=dict, max_length=16, json_schema_extra={"x-kubernetes-validations": [RESOURCE_NAMES_RULE]}
     )
     """Resource limits, e.g. nvidia.com/gpu: 1."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ResourceRequirements:  # mirrors the CEL rules above
+        for name in self.requests.keys() & self.limits.keys():
+            request, limit = parse_quantity(self.requests[name]), parse_quantity(self.limits[name])
+            if request > limit:
+                raise ValueError(f"requests.{name} is above limits.{name}: " + RESOURCE_RULES[0]["message"])
+            if exact_resource(name) and request != limit:
+                raise ValueError(f"requests.{name} differs from limits.{name}: " + RESOURCE_RULES[1]["message"])
+        return self
 
 
 class Condition(ApiModel):

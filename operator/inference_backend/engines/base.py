@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference_backend.api.common import exact_resource
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision, InvalidSpec, Placement
 from inference_backend.engines.artifacts import Artifact
-from inference_backend.quantity import decimal_text
+from inference_backend.quantity import decimal_text, parse_quantity
 
 HTTP_PORT = 8000
 HOST = "0.0.0.0"
@@ -89,6 +90,23 @@ class Flag:
     name: str
     values: tuple[str, ...]
     source: str
+
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class FlagBound:
+    """An engine flag whose parser reads a bounded integer (an int32 parsed with std::stoi, a Rust u32): a larger
+    value makes the engine exit at start, so the pod would never run. Declared on the card (``flag_bounds``)."""
+
+    maximum: int
+    field: str
+    """The spec field the flag is set from verbatim (engines/rules.py bounds it in the CRD by the smallest of the
+    engines' maxima); "" where the value is derived (checked when rendering only)."""
+    source: str
+    """The engine's type for it, with file and version."""
 
 
 class ArgBuilder:
@@ -235,7 +253,7 @@ def cpu_cores(decision: Decision) -> int:
 
 def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
     """Requests/limits from the decision's host request (selection/planning.py: sized to fit the chosen nodes'
-    allocatable); ``spec.resources`` overrides key by key.
+    allocatable), with ``spec.resources`` merged in (``merge_resources``).
 
     GPU: the GPU resource (nvidia.com/gpu, the MIG profile, amd.com/gpu, habana.ai/gaudi) = GPUs per pod (per
     node of a multi-node replica) in requests and limits; host CPU and memory as planned. CPU: the planned memory
@@ -252,10 +270,9 @@ def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
     if p.gpu is not None and not p.gpu.dra:
         requests[p.gpu.resource] = p.gpus_per_node
         limits[p.gpu.resource] = p.gpus_per_node
-    if spec.resources is not None:
-        requests.update(spec.resources.requests)
-        limits.update(spec.resources.limits)
     out: Json = {"requests": requests, "limits": limits}
+    if spec.resources is not None:
+        out = merge_resources(requests, limits, spec.resources.requests, spec.resources.limits)
     if p.gpu is not None and p.gpu.dra:
         # DRA: the devices come from the pod's resource claim (render.py: a ResourceClaimTemplate), not from an
         # extended resource; the container names the claim it uses (core/v1 ResourceRequirements.claims).
@@ -265,6 +282,36 @@ def resources(decision: Decision, spec: InferenceBackendSpec) -> Json:
 
 DRA_CLAIM = "gpus"
 """The pod's resourceClaims entry (and the container's resources.claims name) of a DRA placement."""
+
+
+def merge_resources(requests: Mapping[str, int | str], limits: Mapping[str, int | str],
+                    user_requests: Mapping[str, int | str], user_limits: Mapping[str, int | str]) -> Json:  # fmt: skip
+    """The computed requests/limits with spec.resources merged in as Kubernetes users expect, so the apiserver never
+    refuses the pod template (docs/security.md, "spec.resources"):
+
+    - a resource the user names replaces the computed one;
+    - a request above the limit: a request the user gave raises the limit to it (a 1000Gi memory request is a
+      1000Gi limit, not a refused Deployment); a limit the user gave caps the computed request; both given by the
+      user is refused at admission (the CRD's rule on spec.resources);
+    - extended resources and hugepages: request = limit (the one the user gave sets both)."""
+    req, lim = dict(requests), dict(limits)
+    req.update(user_requests)
+    lim.update(user_limits)
+    for name in sorted(set(user_requests) | set(user_limits)):
+        if exact_resource(name):
+            value = user_limits.get(name, user_requests.get(name))
+            assert value is not None
+            req[name] = lim[name] = value
+    for name in sorted(set(req) & set(lim)):
+        if parse_quantity(req[name]) <= parse_quantity(lim[name]):
+            continue
+        if name in user_requests and name in user_limits:
+            raise InvalidSpec("spec.resources", f"requests.{name} {req[name]} is above limits.{name} {lim[name]}")
+        if name in user_requests:
+            lim[name] = req[name]
+        else:
+            req[name] = lim[name]
+    return {"requests": req, "limits": lim}
 
 
 def shm_volume(decision: Decision) -> tuple[tuple[Json, ...], tuple[Json, ...]]:
@@ -339,6 +386,19 @@ def apply_overrides(
     return spec.engine.image or image, all_args, all_env
 
 
+def check_bounds(engine: str, flags: Sequence[Flag], bounds: Mapping[str, FlagBound]) -> None:
+    """InvalidSpec (naming the spec field the flag comes from) for a flag value past the engine's bound."""
+    for f in flags:
+        bound = bounds.get(f.name)
+        if bound is None:
+            continue
+        for value in f.values:
+            if value.lstrip("-").isdigit() and int(value) > bound.maximum:
+                field = bound.field or f.source.split(" ")[0]
+                raise InvalidSpec(field, f"renders {f.name} {value} for {engine}, past its maximum {bound.maximum} "
+                                         f"({bound.source}); the engine would exit at start")  # fmt: skip
+
+
 def artifact_parts(*artifacts: Artifact | None) -> tuple[tuple[Json, ...], tuple[Json, ...], tuple[Json, ...],
                                                         tuple[Json, ...]]:  # fmt: skip
     """(env, volumes, mounts, init containers) of the model and draft artifacts, deduplicated by name."""
@@ -389,10 +449,13 @@ def assemble(
     reserved_env: Mapping[str, str] | None = None,
     worker: ArgBuilder | None = None,
     worker_serves_health: bool = False,
+    bounds: Mapping[str, FlagBound] | None = None,
 ) -> EngineContainer:
     """The container every engine shares the shape of: ``spec.engine`` overrides applied last (and checked),
     probes on the card's health endpoint and metrics at its metrics path, resources from the decision.
-    ``worker``: the worker pods' args of a multi-node placement (the overrides apply to them too)."""
+    ``worker``: the worker pods' args of a multi-node placement (the overrides apply to them too). ``bounds``: the
+    card's flag bounds, checked on every flag rendered."""
+    check_bounds(engine, [*args.flags, *(worker.flags if worker is not None else ())], bounds or {})
     worker_argv = apply_overrides(spec, image, worker, env, aliases, reserved_env)[1] if worker is not None else None
     image, argv, env = apply_overrides(spec, image, args, env, aliases, reserved_env)
     startup, ready, live = health_probes(endpoints.health, endpoints.port)

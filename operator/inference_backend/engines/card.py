@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from inference_backend.engines.base import Endpoints, Renderer
+from inference_backend.engines.base import Endpoints, FlagBound, Renderer
 
 Accelerator = Literal["gpu", "cpu"]
 GpuVendor = Literal["nvidia", "amd", "habana"]
@@ -181,6 +181,11 @@ class EngineCard:
     auto_batching: Mapping[Accelerator, str]
     """The strategy ``batching.strategy: auto`` resolves to per accelerator, where it is not ``batching[0]`` (one of
     ``batching``)."""
+    flag_bounds: Mapping[str, FlagBound]
+    """Flags whose parser reads a bounded integer type (llama.cpp's int32s, TGI's u32s), each with its maximum and
+    source: every rendered value is checked against it (engines/base.py check_bounds) and the spec field it comes
+    from verbatim is bounded in the CRD by the smallest maximum (engines/rules.py). Empty where the flags are
+    Python ints."""
 
     @property
     def gpu_required(self) -> bool:
@@ -224,7 +229,7 @@ class EngineCard:
 # A card may truthfully have no speculation method or no prefix cache; every other field must say something.
 _MAY_BE_EMPTY = frozenset({"layer_split", "slots", "run_as_user", "speculative", "prefix_cache", "multi_gpu",
                            "multi_node", "own_hf_loader", "kv_offload", "prefix_cache_caveat",
-                           "min_compute", "bf16_min_compute", "kv_dtypes", "auto_batching"})  # fmt: skip
+                           "min_compute", "bf16_min_compute", "kv_dtypes", "auto_batching", "flag_bounds"})  # fmt: skip
 
 
 def _empty(value: object) -> bool:
@@ -239,6 +244,7 @@ __all__ = [
     "Autoscaling",
     "Endpoints",
     "EngineCard",
+    "FlagBound",
     "Float32OnGpu",
     "GpuVendor",
     "Platforms",

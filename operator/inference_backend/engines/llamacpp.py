@@ -17,10 +17,12 @@ from inference_backend.engines import artifacts
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
+    INT32_MAX,
     MODEL_CACHE_DIR,
     ArgBuilder,
     Endpoints,
     EngineContainer,
+    FlagBound,
     assemble,
     cached_pod_parts,
     cpu_cores,
@@ -101,6 +103,17 @@ ALIASES = {
 }
 # KV cache types (arg.cpp get_all_kv_cache_types / kv_cache_type_from_str): f32, f16, bf16, q8_0, q4_0, ...
 KV_TYPES = {"float16": "f16", "bfloat16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0"}
+# common/arg.cpp parses these with std::stoi into common/common.h common_params int32_t fields (n_batch, n_ubatch,
+# n_ctx, n_parallel, n_threads, speculative n_max): a larger value throws and llama-server exits at start.
+_INT32 = f"int32 (common/common.h common_params, parsed by common/arg.cpp with std::stoi), llama.cpp {VERSION}"
+FLAG_BOUNDS = {
+    "-b": FlagBound(INT32_MAX, "spec.batching.maxBatchTokens", _INT32),
+    "-ub": FlagBound(INT32_MAX, "spec.batching.maxBatchTokens", _INT32),
+    "-c": FlagBound(INT32_MAX, "", _INT32),
+    "-np": FlagBound(INT32_MAX, "", _INT32),
+    "-t": FlagBound(INT32_MAX, "", _INT32),
+    "--spec-draft-n-max": FlagBound(INT32_MAX, "", _INT32),
+}
 DEFAULT_SLOTS = 4
 UBATCH = 512  # arg.cpp n_ubatch default
 CACHE_REUSE_TOKENS = 256  # the --fim-* presets' n_cache_reuse: reuse prefix chunks of >= 256 tokens via KV shift
@@ -175,7 +188,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     return assemble(
         engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES, IMAGE_CPU), command=COMMAND, args=a,
         env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        volumes=parts.volumes, mounts=parts.mounts,
+        volumes=parts.volumes, mounts=parts.mounts, bounds=FLAG_BOUNDS,
     )  # fmt: skip
 
 
@@ -249,4 +262,5 @@ CARD = EngineCard(
     run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
+    flag_bounds=FLAG_BOUNDS,
 )  # fmt: skip

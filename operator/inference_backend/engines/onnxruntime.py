@@ -68,4 +68,5 @@ CARD = EngineCard(
     prefix_cache_caveat="on a GPU, our exporter's ONNX format only: there onnxruntime-genai's Generator runs an "
     "onnxruntime-genai format model (genai_config.json), without it, and the server logs so",
     auto_batching={"cpu": "continuous"},
+    flag_bounds={},  # Python ints: no bounded flag
 )  # fmt: skip

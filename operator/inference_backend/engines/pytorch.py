@@ -64,4 +64,5 @@ CARD = EngineCard(
         "no compile or graph capture"
     ),
     prefix_cache_caveat="", auto_batching={},
+    flag_bounds={},  # Python ints: no bounded flag
 )  # fmt: skip

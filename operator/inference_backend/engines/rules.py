@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pydantic.alias_generators import to_snake
+
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import InvalidSpec
 from inference_backend.engines.card import SIGNALS, EngineCard
@@ -86,7 +88,39 @@ def spec_rules(registry: Sequence[EngineCard]) -> tuple[Rule, ...]:
             f"(docs/autoscaling.md): backend must be {_or([*warm, 'auto'])}, or minReplicas at least 1",
             lambda s: s.autoscaling is None or s.autoscaling.min_replicas > 0 or s.backend not in cold,
         ))  # fmt: skip
+    rules.extend(_bound_rules(registry))
     return tuple(rules)
+
+
+def _field_value(spec: InferenceBackendSpec, field: str) -> object:
+    node: object = spec
+    for part in field.removeprefix("spec.").split("."):
+        node = getattr(node, to_snake(part), None)
+    return node
+
+
+def _bound_rules(registry: Sequence[EngineCard]) -> list[Rule]:
+    """A spec field an engine flag takes verbatim is bounded by the smallest maximum of the engines' flags (cards'
+    ``flag_bounds``): any engine the selection may choose can then take it (batching.maxBatchTokens at its int64
+    maximum rendered llama-server's -b 9223372036854774784, past its int32)."""
+    tightest: dict[str, tuple[int, str, str]] = {}
+    for c in registry:
+        for flag, bound in sorted(c.flag_bounds.items()):
+            if bound.field and (bound.field not in tightest or bound.maximum < tightest[bound.field][0]):
+                tightest[bound.field] = (bound.maximum, f"{c.title}'s {flag}", bound.source)
+    out = []
+    for field, (most, flag, source) in sorted(tightest.items()):
+        path = field.removeprefix("spec.")
+        parent, _, leaf = path.rpartition(".")
+        cel = (
+            f"!has(self.{parent}.{leaf}) || self.{path} <= {most}"
+            if parent
+            else f"!has(self.{leaf}) || self.{leaf} <= {most}"
+        )
+        out.append(Rule(field, cel, f"{path} must be at most {most} ({flag} is an {source})",
+                        lambda s, field=field, most=most: (  # type: ignore[misc]
+                            not isinstance(v := _field_value(s, field), int) or v <= most)))  # fmt: skip
+    return out
 
 
 def check(spec: InferenceBackendSpec, registry: Sequence[EngineCard]) -> None:

@@ -218,4 +218,5 @@ CARD = EngineCard(
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
     run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    flag_bounds={},  # Python ints: no bounded flag
 )  # fmt: skip

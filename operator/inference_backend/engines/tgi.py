@@ -17,9 +17,11 @@ from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
     MODEL_CACHE_DIR,
+    UINT32_MAX,
     ArgBuilder,
     Endpoints,
     EngineContainer,
+    FlagBound,
     assemble,
     cached_pod_parts,
     gpus,
@@ -33,6 +35,12 @@ OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
 VERSION = "3.3.7"
 IMAGE = f"ghcr.io/huggingface/text-generation-inference:{VERSION}"
 ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
+# launcher/src/main.rs Args: max_batch_prefill_tokens and max_batch_total_tokens are Option<u32> (clap refuses a
+# larger value and the launcher exits).
+FLAG_BOUNDS = {
+    "--max-batch-prefill-tokens": FlagBound(UINT32_MAX, "spec.batching.maxBatchTokens",
+                                            f"u32 (launcher/src/main.rs Args), TGI {VERSION}"),
+}  # fmt: skip
 COMMAND = ("text-generation-launcher",)
 # Metrics: the router serves GET /metrics on the API port (router/src/server.rs, the `metrics` route rendering the
 # PrometheusHandle), so no metrics flag is rendered. `--prometheus-port` is NOT rendered: it is absent from the
@@ -116,7 +124,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     return assemble(
         engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
         decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init, reserved_env=reserved,
-        volumes=parts.volumes, mounts=parts.mounts,
+        volumes=parts.volumes, mounts=parts.mounts, bounds=FLAG_BOUNDS,
     )  # fmt: skip
 
 
@@ -171,4 +179,5 @@ CARD = EngineCard(
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container, layer_split=False, slots=False,
     run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    flag_bounds=FLAG_BOUNDS,
 )  # fmt: skip

@@ -264,4 +264,5 @@ CARD = EngineCard(
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
     run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    flag_bounds={},  # Python ints: no bounded flag
 )  # fmt: skip
