@@ -262,3 +262,12 @@ def test_storage_class_cache_takes_the_given_size_and_refuses_two_sources() -> N
     assert claim["spec"]["resources"]["requests"]["storage"] == "40Gi"
     with pytest.raises(ValueError, match="set one of pvc, storageClass and hostPath"):
         spec(model={"modelRef": "x", "cache": {"storageClass": "a", "pvc": "b"}})
+
+
+def test_405b_across_small_disk_nodes_is_unsatisfiable_for_disk_not_for_a_lack_of_nodes() -> None:
+    raw = {"model": {"uri": "hf://meta-llama/Llama-3.1-405B-Instruct", "parameters": "405B", "dtype": "bfloat16"}}
+    small = decide(raw, [P.gke_a3(f"a3-{i}") for i in range(3)])
+    assert small.backend is None and "across nodes, needs 831.0 GiB of ephemeral-storage" in small.reasons[-1]
+    assert "spec.model.cache" in small.reasons[-1]
+    big = decide(raw, [P.gke_a3(f"a3-{i}", disk="2000Gi") for i in range(3)])
+    assert big.backend == "vllm" and big.placement is not None and big.placement.multi_node

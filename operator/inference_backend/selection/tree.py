@@ -184,7 +184,9 @@ def select(
     gpu_fits = any(o.placement.gpu for opts in all_options.values() for o in opts)
     layout = None if gpu_fits or accel == "cpu" else multi_node_layout(spec, model, candidates, gpu_classes)
     if layout is not None:
-        across = _across_nodes(spec, model, candidates, gpu_classes, rejected)
+        across = _across_nodes(spec, model, candidates, gpu_classes, rejected, disk_only)
+        if not across and disk_only:
+            return refuse(_disk_refusal(disk_only))
         if not across:
             return _too_big(layout, spec, model, reasons, rejected, all_options)
         for engine in all_options:
@@ -314,13 +316,21 @@ def _cost(o: Option) -> int:
 
 
 def _across_nodes(spec: InferenceBackendSpec, model: ResolvedModel, candidates: list[str],
-                  gpu_classes: list[UsableClass], rejected: dict[str, str]) -> dict[str, list[Option]]:  # fmt: skip
-    """Multi-node options per candidate engine (selection/multinode.py); why not for the others."""
+                  gpu_classes: list[UsableClass], rejected: dict[str, str], disk: dict[str, str]
+                  ) -> dict[str, list[Option]]:  # fmt: skip
+    """Multi-node options per candidate engine (selection/multinode.py); why not for the others (``disk``: the
+    engines whose nodes would hold a replica across them but for their disk)."""
     out: dict[str, list[Option]] = {}
     for engine in candidates:
         if "gpu" not in card(engine).accelerators:
             continue
-        options, why = multi_node_options(engine, spec, model, gpu_classes)
+        fit = engine_classes(engine, spec, model, None, gpu_classes, [])  # arch and disk, as on one node
+        options, why = multi_node_options(engine, spec, model, fit.gpu)
+        if not options and fit.why:
+            why = "; ".join(f"{n} node(s) left out: {r}" for r, n in sorted(fit.why.items())) + f"; {why}"
+        blocked = [u for u in fit.disk_blocked if u.hardware.has_gpu]
+        if not options and blocked and multi_node_options(engine, spec, model, blocked)[0]:
+            disk[engine] = f"across nodes, {disk_miss(pod_disk(engine, model, None), blocked[0].hardware)}"
         if options:
             out[engine] = options
             rejected.pop(engine, None)  # its one-node miss is what the multi-node placement answers
