@@ -16,11 +16,12 @@ import pytest
 import yaml
 from ib_testkit import ROOT
 from ib_testkit.factories import MODELS, node
+from ib_testkit.writer import FakeWriter
 from inference_backend import autoscaling
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
 from inference_backend.capacity import GpuLedger
-from inference_backend.controller.reconcile import Recent, reconcile
-from inference_backend.controller.world import Child, World
+from inference_backend.controller.reconcile import reconcile
+from inference_backend.controller.world import Child, Recent, World
 from inference_backend.decision import InvalidSpec
 from inference_backend.engines import CARDS, REGISTRY, check_spec
 from inference_backend.facts import group_nodes
@@ -286,32 +287,6 @@ def test_the_docs_examples_render_their_scalers() -> None:
 # -- reconcile: replicas ownership -----------------------------------------------------------------------------------
 
 
-class Recorder:
-    def __init__(self, scaler_missing: bool = False) -> None:
-        self.calls: list[tuple[str, Any]] = []
-        self.statuses: list[dict[str, Any]] = []
-        self.scaler_missing = scaler_missing
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        if obj["kind"] == "ScaledObject" and self.scaler_missing:
-            raise _NotFound()
-        self.calls.append(("apply", obj))
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        if obj["kind"] == "ScaledObject" and self.scaler_missing:
-            raise _NotFound()
-        return None
-
-    async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None:
-        self.calls.append(("handoff", (obj["kind"], replicas)))
-
-    async def delete_scaled_object(self, namespace: str, name: str) -> None:
-        self.calls.append(("delete", name))
-
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.statuses.append(status)
-
-
 def _NotFound() -> Exception:
     """What lightkube raises when the API server does not serve the resource type: its plain 404 page has no Status
     body, so the HTTP library's error comes through (seen on the e2e cluster without the KEDA CRD)."""
@@ -333,11 +308,11 @@ def _world(children: dict[tuple[str, str, str], Child] | None = None, ledger: Gp
     return World(CLUSTER, {"ns": list(MODELS.items())}, children or {}, ledger=ledger)
 
 
-def _run(b: dict[str, Any], w: World, rec: Recorder, recent: Recent | None = None) -> Any:
-    return asyncio.run(reconcile(b, w, rec, "test", recent))  # type: ignore[arg-type]
+def _run(b: dict[str, Any], w: World, rec: FakeWriter, recent: Recent | None = None) -> Any:
+    return asyncio.run(reconcile(b, w, rec, "test", recent))
 
 
-def _children(rec: Recorder, replicas: int, owner: str | None = "autoscaler") -> dict[tuple[str, str, str], Child]:
+def _children(rec: FakeWriter, replicas: int, owner: str | None = "autoscaler") -> dict[tuple[str, str, str], Child]:
     """The children as the index sees them after ``rec``'s applies, the Deployment at ``replicas`` (as the
     autoscaler set them)."""
     out = {}
@@ -356,7 +331,7 @@ AUTOSCALED = {"model": {"modelRef": "llama-3-1-8b"}, "autoscaling": AUTO}
 
 
 def test_autoscaled_backend_leaves_replicas_and_never_reverts_them() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     first = _run(_body(AUTOSCALED), _world(), rec)
     kinds = [o["kind"] for c, o in rec.calls if c == "apply"]
     assert kinds == ["Deployment", "Service", "PodDisruptionBudget", "ScaledObject"]
@@ -369,7 +344,7 @@ def test_autoscaled_backend_leaves_replicas_and_never_reverts_them() -> None:
     # The HPA moves the Deployment to 3, then 4 replicas: reconciles write no child, only the status follows.
     status = st
     for replicas in (3, 4, 4):
-        again = Recorder()
+        again = FakeWriter()
         out = _run(_body(AUTOSCALED, status), _world(_children(rec, replicas)), again)
         assert again.calls == [], f"a reconcile at {replicas} replicas wrote {again.calls}"
         assert out.status["replicas"] == replicas
@@ -378,10 +353,10 @@ def test_autoscaled_backend_leaves_replicas_and_never_reverts_them() -> None:
 
 
 def test_turning_autoscaling_on_hands_the_replicas_over_first() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     fixed = {"model": {"modelRef": "llama-3-1-8b"}, "replicas": 2}
     first = _run(_body(fixed), _world(), rec)
-    on = Recorder()
+    on = FakeWriter()
     _run(_body(AUTOSCALED, first.status, generation=2), _world(_children(rec, 2, owner=None)), on)
     assert on.calls[0] == ("handoff", ("Deployment", 2))
     assert on.calls[1][0] == "apply" and on.calls[1][1]["kind"] == "Deployment"
@@ -389,12 +364,12 @@ def test_turning_autoscaling_on_hands_the_replicas_over_first() -> None:
 
 
 def test_turning_autoscaling_off_deletes_the_scaler_then_takes_replicas_back() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     first = _run(_body(AUTOSCALED), _world(), rec)
-    off = Recorder()
+    off = FakeWriter()
     fixed = {"model": {"modelRef": "llama-3-1-8b"}, "replicas": 2}
     out = _run(_body(fixed, first.status, generation=2), _world(_children(rec, 3)), off)
-    assert off.calls[0] == ("delete", "chat")
+    assert off.calls[0] == ("delete", ("ScaledObject", "ns", "chat"))
     deployment = next(o for c, o in off.calls if c == "apply" and o["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert "autoscaling" not in out.status
@@ -402,14 +377,14 @@ def test_turning_autoscaling_off_deletes_the_scaler_then_takes_replicas_back() -
 
 
 def test_missing_keda_crd_is_a_condition_not_a_failure_nor_a_hot_loop() -> None:
-    rec = Recorder(scaler_missing=True)
+    rec = FakeWriter().fail(_NotFound(), kind="ScaledObject")
     recent = Recent()
     out = _run(_body(AUTOSCALED), _world(), rec, recent)
     cond = {c["type"]: c for c in out.status["conditions"]}["Autoscaling"]
     assert cond["status"] == "False" and cond["reason"] == "ScalerMissing"
     assert "scaledobjects.keda.sh" in cond["message"]
     assert out.recheck_after == 60.0 and "autoscaling" not in out.status
-    again = Recorder(scaler_missing=True)
+    again = FakeWriter().fail(_NotFound(), kind="ScaledObject")
     _run(_body(AUTOSCALED, out.status), _world(_children(rec, 1)), again, recent)
     assert again.calls == [], "within the retry interval nothing is tried again"
 
@@ -418,12 +393,12 @@ def test_gpu_reservation_follows_the_autoscaler_and_reports_overcommit() -> None
     """4 L4s; another backend holds 2. minReplicas 1 fits; the HPA asks for 4 replicas: reserved as they are, and
     the Autoscaling condition says the replicas beyond the free GPUs stay Pending."""
     ledger = GpuLedger()
-    rec = Recorder()
+    rec = FakeWriter()
     first = _run(_body(AUTOSCALED), _world(ledger=ledger), rec)
     pool = ledger.held(("ns", "chat"))
     assert pool is not None and pool[1] == 1
     ledger.set(("ns", "other"), (pool[0], 2))
-    again = Recorder()
+    again = FakeWriter()
     out = _run(_body(AUTOSCALED, first.status), _world(_children(rec, 4), ledger), again)
     assert ledger.held(("ns", "chat")) == (pool[0], 4)
     cond = {c["type"]: c for c in out.status["conditions"]}["Autoscaling"]

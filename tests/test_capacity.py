@@ -8,32 +8,14 @@ import asyncio
 from typing import Any
 
 from ib_testkit.factories import MODELS, node
+from ib_testkit.writer import FakeWriter
 from inference_backend.capacity import GpuLedger
-from inference_backend.controller.reconcile import Recent, reconcile
+from inference_backend.controller.reconcile import reconcile
 from inference_backend.controller.state import Indexes, OperatorState
-from inference_backend.controller.world import Child, World, slim_child
+from inference_backend.controller.world import Child, Recent, World, slim_child
 from inference_backend.facts import group_nodes
 
 SPEC = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"accelerator": "gpu"}}
-
-
-class SlowRecorder:
-    """Records writes; every write yields to the loop first, as a real API call does."""
-
-    def __init__(self) -> None:
-        self.applied: list[tuple[str, str]] = []
-        self.statuses: dict[str, dict[str, Any]] = {}
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        await asyncio.sleep(0.01)
-        self.applied.append((obj["metadata"]["name"], obj["kind"]))
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        return None
-
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        await asyncio.sleep(0.01)
-        self.statuses[name] = status
 
 
 def gfd(product: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -59,23 +41,23 @@ def ready(st: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in st["conditions"] if c["type"] == "Ready")
 
 
-def deployed(rec: SlowRecorder) -> list[str]:
-    return sorted(name for name, kind in rec.applied if kind == "Deployment")
+def deployed(rec: FakeWriter) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in rec.applied if o["kind"] == "Deployment")
 
 
 def test_three_1gpu_backends_reconciled_concurrently_on_1_free_gpu_place_1_and_2_wait_naming_the_holder() -> None:
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     w = world([node("a10g-a", "a10g", 1), node("cpu-a")], ledger)
 
     async def main() -> list[Any]:
-        return list(await asyncio.gather(*(reconcile(body(n), w, rec, "test", recent) for n in "abc")))  # type: ignore[arg-type]
+        return list(await asyncio.gather(*(reconcile(body(n), w, rec, "test", recent) for n in "abc")))
 
     outcomes = asyncio.run(main())
     assert deployed(rec) == ["a"]
     assert [o.waiting is not None for o in outcomes] == [False, True, True]
     assert ledger.excluding(("ns", "zzz")) == {gfd("NVIDIA-A10G"): 1}
     for name in "bc":
-        st = rec.statuses[name]
+        st = rec.status(name)
         assert st["phase"] == "Pending" and st["backend"] == "vllm"
         cond = ready(st)
         assert cond["reason"] == "InsufficientCapacity"
@@ -87,32 +69,32 @@ def test_three_1gpu_backends_reconciled_concurrently_on_1_free_gpu_place_1_and_2
 
 
 def test_a_released_reservation_lets_a_waiting_backend_start() -> None:
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     w = world([node("a10g-a", "a10g", 1)], ledger)
-    asyncio.run(reconcile(body("a"), w, rec, "test", recent))  # type: ignore[arg-type]
-    out = asyncio.run(reconcile(body("b"), w, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(body("a"), w, rec, "test", recent))
+    out = asyncio.run(reconcile(body("b"), w, rec, "test", recent))
     assert out.waiting is not None and deployed(rec) == ["a"]
     assert ledger.set(("ns", "a"), None) is True  # a deleted: its GPU is released
-    out = asyncio.run(reconcile(body("b"), w, rec, "test", recent))  # type: ignore[arg-type]
+    out = asyncio.run(reconcile(body("b"), w, rec, "test", recent))
     assert out.waiting is None and deployed(rec) == ["a", "b"]
-    assert ready(rec.statuses["b"])["reason"] == "Deploying"
+    assert ready(rec.status("b"))["reason"] == "Deploying"
 
 
 def test_2_replicas_of_1_gpu_need_2_gpus_of_the_2_on_two_nodes_and_a_third_backend_waits() -> None:
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     w = world([node("l4-a", "l4", 1), node("l4-b", "l4", 1)], ledger)
     two = {**SPEC, "replicas": 2}
-    first = asyncio.run(reconcile(body("a", two), w, rec, "test", recent))  # type: ignore[arg-type]
-    second = asyncio.run(reconcile(body("b"), w, rec, "test", recent))  # type: ignore[arg-type]
+    first = asyncio.run(reconcile(body("a", two), w, rec, "test", recent))
+    second = asyncio.run(reconcile(body("b"), w, rec, "test", recent))
     assert first.waiting is None and second.waiting is not None
     assert second.waiting.needed == 1 and second.waiting.allocatable == 2 and second.waiting.reserved == 2
 
 
 def test_mig_slices_are_counted_per_profile_7_slices_of_1g_10gb_hold_7_small_backends_not_8() -> None:
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     w = world([node("a100-mig", "a100-40", 1, mig="single")], ledger)
     small = {"model": {"modelRef": "llama-3-2-1b"}, "hardware": {"accelerator": "gpu"}}
-    outs = [asyncio.run(reconcile(body(f"s{i}", small), w, rec, "test", recent)) for i in range(8)]  # type: ignore[arg-type]
+    outs = [asyncio.run(reconcile(body(f"s{i}", small), w, rec, "test", recent)) for i in range(8)]
     placed = [o for o in outs if o.waiting is None]
     assert len(placed) == 7
     assert outs[-1].waiting is not None
@@ -120,28 +102,28 @@ def test_mig_slices_are_counted_per_profile_7_slices_of_1g_10gb_hold_7_small_bac
 
 
 def test_scaling_up_beyond_free_gpus_keeps_the_serving_deployment_and_its_reservation() -> None:
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     nodes = [node("l4-a", "l4", 1), node("l4-b", "l4", 1)]
     w = world(nodes, ledger)
-    asyncio.run(reconcile(body("a"), w, rec, "test", recent))  # type: ignore[arg-type]
-    asyncio.run(reconcile(body("b"), w, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(body("a"), w, rec, "test", recent))
+    asyncio.run(reconcile(body("b"), w, rec, "test", recent))
     dep = Child("h", {"spec": {"replicas": 1}, "status": {"readyReplicas": 1, "conditions": [
         {"type": "Available", "status": "True"}]}})  # fmt: skip
     w = world(nodes, ledger, {("ns", "a", "Deployment"): dep})
     before = len(rec.applied)
-    out = asyncio.run(reconcile(body("a", {**SPEC, "replicas": 2}, rec.statuses["a"]), w, rec, "test", recent))  # type: ignore[arg-type]
+    out = asyncio.run(reconcile(body("a", {**SPEC, "replicas": 2}, rec.status("a")), w, rec, "test", recent))
     assert out.waiting is not None and len(rec.applied) == before  # nothing applied: 1 replica keeps serving
     assert ledger.held(("ns", "a")) == (gfd("NVIDIA-L4"), 1)
-    st = rec.statuses["a"]
+    st = rec.status("a")
     assert st["phase"] == "Degraded" and ready(st)["status"] == "True"
     assert ready(st)["message"].endswith("the previous Deployment keeps serving")
 
 
 def test_cpu_placements_reserve_nothing() -> None:
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     w = world([node("cpu-a")], ledger)
     gguf = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"accelerator": "cpu"}}
-    out = asyncio.run(reconcile(body("a", gguf), w, rec, "test", recent))  # type: ignore[arg-type]
+    out = asyncio.run(reconcile(body("a", gguf), w, rec, "test", recent))
     assert out.waiting is None and ledger.held(("ns", "a")) is None
 
 
@@ -170,19 +152,19 @@ def test_reservations_are_rebuilt_from_the_applied_deployments_before_the_first_
 def test_one_product_in_two_pools_waits_only_when_its_own_pool_is_full() -> None:
     """An A10G known by GFD on one node and by instance type on another: two pools of one GPU each. Two backends
     are placed, one per pool; the third waits, naming the pool's label."""
-    ledger, rec, recent = GpuLedger(), SlowRecorder(), Recent()
+    ledger, rec, recent = GpuLedger(), FakeWriter(latency=0.01), Recent()
     bare = node("a10g-bare", "a10g", 1, gfd=False, labels={"node.kubernetes.io/instance-type": "g5.2xlarge"})
     w = world([node("a10g-gfd", "a10g", 1), bare], ledger)
 
     async def main() -> list[Any]:
-        return list(await asyncio.gather(*(reconcile(body(n), w, rec, "test", recent) for n in "abc")))  # type: ignore[arg-type]
+        return list(await asyncio.gather(*(reconcile(body(n), w, rec, "test", recent) for n in "abc")))
 
     outcomes = asyncio.run(main())
     assert [o.waiting is not None for o in outcomes] == [False, False, True]
     assert deployed(rec) == ["a", "b"]
     pools = {ledger.held(("ns", n))[0] for n in "ab"}  # type: ignore[index]
     assert len(pools) == 2, "one backend per pool"
-    assert ready(rec.statuses["c"])["reason"] == "InsufficientCapacity"
+    assert ready(rec.status("c"))["reason"] == "InsufficientCapacity"
 
 
 def test_deleting_a_backend_releases_its_gpus_and_queues_the_waiting_ones() -> None:

@@ -12,9 +12,12 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from ib_testkit.factories import node
+from ib_testkit.writer import FakeWriter
 from inference_backend import status
+from inference_backend.controller.config import Config
+from inference_backend.controller.execute import ReconcileFailure
 from inference_backend.controller.kube import describe_error
-from inference_backend.controller.reconcile import ReconcileFailure, reconcile
+from inference_backend.controller.reconcile import reconcile
 from inference_backend.controller.state import Indexes, OperatorState
 from inference_backend.controller.world import World
 from inference_backend.facts import group_nodes
@@ -34,34 +37,6 @@ REFUSED = {
 def api_error(body: dict[str, Any]) -> ApiError:
     request = httpx.Request("PATCH", "https://127.0.0.1/apis/apps/v1/namespaces/ns/deployments/chat")
     return ApiError(request=request, response=httpx.Response(body["code"], json=body, request=request))
-
-
-class Writer:
-    """Records writes; ``refuse`` makes every apply raise it (the status and Events still go through)."""
-
-    def __init__(self, refuse: Exception | None = None) -> None:
-        self.refuse = refuse
-        self.applied: list[dict[str, Any]] = []
-        self.statuses: list[tuple[str, str, dict[str, Any]]] = []
-        self.events: list[tuple[str, str, str]] = []
-        self.writes = 0
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        if self.refuse is not None and obj["metadata"]["name"] == "chat":
-            raise self.refuse
-        self.applied.append(obj)
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        return None
-
-    async def patch_status(self, namespace: str, name: str, st: dict[str, Any]) -> None:
-        self.statuses.append((namespace, name, st))
-
-    async def event(self, owner: dict[str, Any], type: str, reason: str, message: str) -> None:
-        self.events.append((owner["metadata"]["name"], reason, message))
-
-    async def close(self) -> None:
-        return None
 
 
 def backend(name: str, generation: int = 1) -> dict[str, Any]:
@@ -85,14 +60,15 @@ def test_an_api_refusal_names_the_code_the_reason_and_every_field() -> None:
 def test_a_refused_apply_fails_the_reconcile_naming_the_child() -> None:
     w = World(group_nodes([node("cpu-a")]), {}, {})
     with pytest.raises(ReconcileFailure) as info:
-        asyncio.run(reconcile(backend("chat"), w, Writer(api_error(REFUSED)), "test"))  # type: ignore[arg-type]
+        refused = FakeWriter().fail(api_error(REFUSED), call="apply", name="chat")
+        asyncio.run(reconcile(backend("chat"), w, refused, "test"))
     assert info.value.reason == "ApplyFailed"
     assert info.value.message.startswith("applying Deployment chat: 422 Invalid")
 
 
 def test_the_failure_status_keeps_what_serves_and_is_stable_across_retries() -> None:
-    ready = status.compute(generation=1, decision=None, error=None, observed=status.Observed(1, 1, True),
-                           serving=None, endpoint="e", previous=None, now="t0")  # fmt: skip
+    ready = status.build(status.Input(generation=1, decision=None, error=None, workload=status.Observed(1, 1, True),
+                                      endpoint="e", previous=None, now="t0"))  # fmt: skip
     ready["phase"] = "Ready"
     failed = status.failed(ready, generation=2, reason="ApplyFailed", message="applying Deployment x: 500", now="t1")
     conds = {c["type"]: c for c in failed["conditions"]}
@@ -104,11 +80,9 @@ def test_the_failure_status_keeps_what_serves_and_is_stable_across_retries() -> 
     assert status.failed({}, generation=1, reason="PlanningFailed", message="m", now="t")["phase"] == "Failed"
 
 
-def _state(bodies: dict[tuple[str, str], list[dict[str, Any]]], writer: Writer) -> OperatorState:
-    st = OperatorState(
-        Indexes(models={}, deployments={}, services={}, pdbs={}, backends=bodies), kube=writer,  # type: ignore[arg-type]
-        debounce=0.05,
-    )  # fmt: skip
+def _state(bodies: dict[tuple[str, str], list[dict[str, Any]]], writer: FakeWriter) -> OperatorState:
+    st = OperatorState(Indexes(models={}, deployments={}, services={}, pdbs={}, backends=bodies), Config(debounce=0.05),
+                       writer=writer)  # fmt: skip
     st.nodes.ready.set()
     st.indexed.set()
     st.nodes.update(node("cpu-a"))
@@ -116,8 +90,9 @@ def _state(bodies: dict[tuple[str, str], list[dict[str, Any]]], writer: Writer) 
 
 
 def test_one_failing_backend_is_retried_with_backoff_visibly_and_never_holds_up_another() -> None:
-    writer = Writer(api_error({**REFUSED, "code": 500, "reason": "InternalError", "message": "etcdserver: timeout",
-                               "details": {}}))  # fmt: skip
+    refused = api_error({**REFUSED, "code": 500, "reason": "InternalError", "message": "etcdserver: timeout",
+                         "details": {}})  # fmt: skip
+    writer = FakeWriter().fail(refused, call="apply", name="chat")
     bodies = {("ns", "chat"): [backend("chat")], ("ns", "other"): [backend("other")]}
 
     async def main() -> OperatorState:
@@ -137,22 +112,22 @@ def test_one_failing_backend_is_retried_with_backoff_visibly_and_never_holds_up_
     assert len(chat) == 1, "the failure is written once"
     cond = next(c for c in chat[0]["conditions"] if c["type"] == "Reconciled")
     assert cond["reason"] == "ApplyFailed" and "500 InternalError: etcdserver: timeout" in cond["message"]
-    assert [(n, r) for n, r, _ in writer.events if n == "chat"] == [("chat", "ApplyFailed")]
-    assert "retry 1 in" in writer.events[0][2]
+    assert [(e.name, e.reason) for e in writer.events if e.name == "chat"] == [("chat", "ApplyFailed")]
+    assert "retry 1 in" in writer.events[0].message
     assert [o["metadata"]["name"] for o in writer.applied] == ["other", "other"], "the other backend is applied"
     other = [s for ns, n, s in writer.statuses if n == "other"][-1]
     assert {c["type"]: c["status"] for c in other["conditions"]}["Reconciled"] == "True"
 
 
 def test_a_spec_change_of_a_failing_backend_is_reconciled_at_once() -> None:
-    writer = Writer(api_error(REFUSED))
+    writer = FakeWriter().fail(api_error(REFUSED), call="apply", name="chat")
     bodies = {("ns", "chat"): [backend("chat")]}
 
     async def main() -> OperatorState:
         st = _state(bodies, writer)
         await st.process(("ns", "chat"), "listing")
         bodies[("ns", "chat")] = [backend("chat", generation=2)]
-        writer.refuse = None
+        writer.failures.clear()
         await st.process(("ns", "chat"), "modified")
         return st
 
@@ -162,21 +137,12 @@ def test_a_spec_change_of_a_failing_backend_is_reconciled_at_once() -> None:
     assert cond["status"] == "True"
 
 
-class Squatted(Writer):
-    """A Service of the backend's name exists already, made by someone else."""
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        if obj["kind"] == "Service":
-            return f"Service ns/{obj['metadata']['name']} already exists and was not created by this " \
-                   "InferenceBackend (managed by kubectl-create)"  # fmt: skip
-        return None
-
-
 def test_a_child_someone_else_made_is_never_adopted_and_the_condition_says_whose_it_is() -> None:
-    writer = Squatted()
+    writer = FakeWriter().squat("Service", "chat", "Service ns/chat already exists and was not created by this "
+                                "InferenceBackend (managed by kubectl-create)")  # fmt: skip
     w = World(group_nodes([node("cpu-a")]), {}, {})
     with pytest.raises(ReconcileFailure) as info:
-        asyncio.run(reconcile(backend("chat"), w, writer, "test"))  # type: ignore[arg-type]
+        asyncio.run(reconcile(backend("chat"), w, writer, "test"))
     assert info.value.reason == "ChildConflict"
     assert info.value.message.startswith("Service ns/chat already exists and was not created by this InferenceBackend "
                                          "(managed by kubectl-create): it is left untouched")  # fmt: skip

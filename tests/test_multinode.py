@@ -11,11 +11,13 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from ib_testkit.factories import MODELS, node
+from ib_testkit.writer import FakeWriter
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger
-from inference_backend.controller.reconcile import CRD_RECHECK, Recent, reconcile
+from inference_backend.controller.actions import CRD_RECHECK
+from inference_backend.controller.reconcile import reconcile
 from inference_backend.controller.state import Indexes, OperatorState
-from inference_backend.controller.world import Child, World, slim_child
+from inference_backend.controller.world import Child, Recent, World, slim_child
 from inference_backend.facts import group_nodes
 from inference_backend.vocabulary import APPLIED_HASH
 from lightkube.core.exceptions import ApiError
@@ -28,29 +30,6 @@ REGISTRY = dict(MODELS) | {
 }  # fmt: skip
 BIG = {"model": {"modelRef": "llama-3-1-405b"}}
 SMALL = {"model": {"modelRef": "llama-3-1-8b"}}
-
-
-class Recorder:
-    def __init__(self, missing_crd: bool = False, as_json: bool = False) -> None:
-        self.as_json = as_json
-        self.applied: list[dict[str, Any]] = []
-        self.deleted: list[tuple[str, str, str]] = []
-        self.statuses: list[dict[str, Any]] = []
-        self.missing_crd = missing_crd
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        if self.missing_crd and obj["kind"] == "LeaderWorkerSet":
-            raise _not_found(obj["metadata"]["namespace"], obj["metadata"]["name"], self.as_json)
-        self.applied.append(obj)
-
-    async def delete(self, kind: str, namespace: str, name: str) -> None:
-        self.deleted.append((kind, namespace, name))
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        return None
-
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.statuses.append(status)
 
 
 def _not_found(namespace: str, name: str, as_json: bool = False) -> Exception:
@@ -91,8 +70,8 @@ def world(children: dict[tuple[str, str, str], Child] | None = None, ledger: Gpu
     return World(group_nodes(h100s(nodes)), {"ns": list(REGISTRY.items())}, children or {}, ledger=ledger)
 
 
-def run(b: dict[str, Any], w: World, rec: Recorder) -> Any:
-    return asyncio.run(reconcile(b, w, rec, "test"))  # type: ignore[arg-type]
+def run(b: dict[str, Any], w: World, rec: FakeWriter) -> Any:
+    return asyncio.run(reconcile(b, w, rec, "test"))
 
 
 def ready(status: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +89,7 @@ def available(ready_replicas: int = 1) -> dict[str, Any]:
 
 
 def test_405b_applies_a_leaderworkerset_and_the_ledger_holds_nodes_x_gpus_per_node() -> None:
-    ledger, rec = GpuLedger(), Recorder()
+    ledger, rec = GpuLedger(), FakeWriter()
     out = run(body({**BIG, "replicas": 1}), world(ledger=ledger), rec)
     assert [o["kind"] for o in rec.applied] == ["LeaderWorkerSet", "Service"]
     lws = rec.applied[0]
@@ -126,16 +105,16 @@ def test_405b_applies_a_leaderworkerset_and_the_ledger_holds_nodes_x_gpus_per_no
 
 
 def test_ready_rolls_up_the_leaderworkerset_status() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     first = run(body(BIG), world(), rec)
     children = {("ns", o["metadata"]["name"], o["kind"]): child(o) for o in rec.applied}
     lws_key = ("ns", "big-lws", "LeaderWorkerSet")
     children[lws_key] = child(rec.applied[0], {"readyReplicas": 0, "conditions": [
         {"type": "Available", "status": "False"}, {"type": "Progressing", "status": "True"}]})  # fmt: skip
-    out = run(body(BIG, first.status), world(children), Recorder())
+    out = run(body(BIG, first.status), world(children), FakeWriter())
     assert out.status["phase"] == "Deploying" and out.status["ready"] == "0/1"
     children[lws_key] = child(rec.applied[0], available())
-    again = Recorder()
+    again = FakeWriter()
     out = run(body(BIG, out.status), world(children), again)
     assert out.status["phase"] == "Ready" and out.status["ready"] == "1/1" and ready(out.status)["status"] == "True"
     assert again.applied == [] and again.deleted == [], "nothing to apply: the hashes match"
@@ -144,7 +123,8 @@ def test_ready_rolls_up_the_leaderworkerset_status() -> None:
 @pytest.mark.parametrize("as_json", [False, True], ids=["plain-text-404", "json-status-404"])
 def test_without_the_lws_crd_the_status_names_it_and_rechecks_later(as_json: bool) -> None:
     """No crash, no hot loop: a condition naming the CRD, a recheck a minute later, nothing else applied."""
-    ledger, rec = GpuLedger(), Recorder(missing_crd=True, as_json=as_json)
+    missing = _not_found("ns", "big-lws", as_json)
+    ledger, rec = GpuLedger(), FakeWriter().fail(missing, call="apply", kind="LeaderWorkerSet")
     out = run(body(BIG), world(ledger=ledger), rec)
     assert rec.applied == [], "no Service for a workload that cannot exist"
     cond = ready(out.status)
@@ -156,7 +136,7 @@ def test_without_the_lws_crd_the_status_names_it_and_rechecks_later(as_json: boo
 
 
 def test_a_single_node_backend_keeps_working_without_the_lws_crd() -> None:
-    rec = Recorder(missing_crd=True)
+    rec = FakeWriter().fail(_not_found("ns", "chat-lws"), call="apply", kind="LeaderWorkerSet")
     out = run(body(SMALL, name="chat"), world(), rec)
     assert [o["kind"] for o in rec.applied] == ["Deployment", "Service"]
     assert out.status["phase"] == "Deploying" and ready(out.status)["reason"] == "Deploying"
@@ -164,7 +144,7 @@ def test_a_single_node_backend_keeps_working_without_the_lws_crd() -> None:
 
 def _deployed(spec: dict[str, Any], nodes: int) -> tuple[dict[str, Any], dict[tuple[str, str, str], Child]]:
     """The status and children of ``spec`` applied and available."""
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body(spec), world(nodes=nodes), rec)
     workload = rec.applied[0]["kind"]
     children = {("ns", o["metadata"]["name"], o["kind"]): child(o, available() if o["kind"] == workload else None)
@@ -178,7 +158,7 @@ def test_deployment_to_leaderworkerset_keeps_the_deployment_serving_until_the_ne
     dep_service = children[("ns", "big", "Service")]
     # the spec grows to a model larger than a node: the LeaderWorkerSet is applied, the Service is not touched
     grown = {**BIG}
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body(grown, status), world(children), rec)
     assert [o["kind"] for o in rec.applied] == ["LeaderWorkerSet"], "the Service keeps routing to the Deployment"
     assert rec.deleted == []
@@ -188,12 +168,12 @@ def test_deployment_to_leaderworkerset_keeps_the_deployment_serving_until_the_ne
     # the LeaderWorkerSet comes up but is not available yet: still nothing more
     lws = rec.applied[0]
     children[("ns", "big-lws", "LeaderWorkerSet")] = child(lws, {"readyReplicas": 0, "conditions": []})
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body(grown, out.status), world(children), rec)
     assert rec.applied == [] and rec.deleted == [] and ready(out.status)["reason"] == "SwitchingWorkload"
     # available: the Service moves to the leaders and the Deployment is deleted
     children[("ns", "big-lws", "LeaderWorkerSet")] = child(lws, available())
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body(grown, out.status), world(children), rec)
     assert [o["kind"] for o in rec.applied] == ["Service"]
     assert rec.applied[0]["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
@@ -204,13 +184,13 @@ def test_deployment_to_leaderworkerset_keeps_the_deployment_serving_until_the_ne
 
 def test_leaderworkerset_to_deployment_is_the_same_planned_switch() -> None:
     status, children = _deployed(BIG, 2)
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body(SMALL, status), world(children), rec)
     assert [o["kind"] for o in rec.applied] == ["Deployment"] and rec.deleted == []
     assert "the LeaderWorkerSet keeps serving until the Deployment is available" in ready(out.status)["message"]
     dep = rec.applied[0]
     children[("ns", "big", "Deployment")] = child(dep, available())
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body(SMALL, out.status), world(children), rec)
     assert [o["kind"] for o in rec.applied] == ["Service"] and rec.deleted == [("LeaderWorkerSet", "ns", "big-lws")]
     assert "leaderworkerset.sigs.k8s.io/worker-index" not in rec.applied[0]["spec"]["selector"]
@@ -218,7 +198,7 @@ def test_leaderworkerset_to_deployment_is_the_same_planned_switch() -> None:
 
 def test_reservations_are_rebuilt_from_the_applied_leaderworkersets() -> None:
     """A restarted operator holds what each LeaderWorkerSet requests: replicas x group size pods of 8 GPUs."""
-    rec = Recorder()
+    rec = FakeWriter()
     run(body({**BIG, "replicas": 2}), world(nodes=4), rec)
     lws = rec.applied[0]
     assert lws["spec"]["replicas"] == 2 and lws["spec"]["leaderWorkerTemplate"]["size"] == 2
@@ -230,7 +210,7 @@ def test_reservations_are_rebuilt_from_the_applied_leaderworkersets() -> None:
 
 
 def test_gpus_in_use_without_a_ledger_counts_leaderworkersets_by_their_owner() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     run(body(BIG), world(), rec)
     w = world({("ns", "big-lws", "LeaderWorkerSet"): child(rec.applied[0])})
     assert w.gpus_in_use(("ns", "other")) == {H100: 16}
@@ -243,9 +223,9 @@ def test_switching_back_within_moments_applies_the_deleted_workload_again() -> N
     the real control plane, e2e/test_multinode_operator.py)."""
     recent, children = Recent(), {}
 
-    def step(spec: dict[str, Any], status: dict[str, Any]) -> tuple[Recorder, Any]:
-        rec = Recorder()
-        out = asyncio.run(reconcile(body(spec, status), world(children), rec, "test", recent))  # type: ignore[arg-type]
+    def step(spec: dict[str, Any], status: dict[str, Any]) -> tuple[FakeWriter, Any]:
+        rec = FakeWriter()
+        out = asyncio.run(reconcile(body(spec, status), world(children), rec, "test", recent))
         for o in rec.applied:
             workload = o["kind"] in ("Deployment", "LeaderWorkerSet")
             children[("ns", o["metadata"]["name"], o["kind"])] = child(o, available() if workload else None)
@@ -265,7 +245,7 @@ def test_switching_back_within_moments_applies_the_deleted_workload_again() -> N
 
 
 def test_autoscaling_a_replica_spanning_nodes_is_refused_naming_the_field() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     spec = {**BIG, "autoscaling": {"minReplicas": 1, "maxReplicas": 2, "metric": "queueDepth", "target": 4}}
     out = run(body(spec), world(nodes=4), rec)
     assert rec.applied == [] and out.error is not None

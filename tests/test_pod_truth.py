@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ib_testkit.writer import FakeWriter
+from inference_backend.controller.events import placement
 from inference_backend.controller.reconcile import Outcome
 from inference_backend.controller.state import Indexes, OperatorState
 from inference_backend.pods import MAX_MESSAGE, MAX_PROBLEMS, PodProblem, PodSummary, owner, summarize, worst
@@ -153,18 +155,10 @@ def test_pod_events_enqueue_the_owner_only_when_the_problems_change() -> None:
     assert st.pod_event(other, deleted=False) is None, "no such backend"
 
 
-class Events:
-    def __init__(self) -> None:
-        self.posted: list[tuple[str, str, str]] = []
-
-    async def event(self, owner: dict[str, Any], type: str, reason: str, message: str) -> None:
-        self.posted.append((type, reason, message))
-
-
 def test_a_warning_event_is_posted_once_per_change_of_the_pod_problem() -> None:
     st = _state()
-    events = Events()
-    st.kube = events  # type: ignore[assignment]
+    writer = FakeWriter()
+    st.writer = writer
     body = {"metadata": {"namespace": "ns", "name": "chat", "uid": "u"}}
 
     def outcome(p: PodProblem | None, written: bool = True) -> Outcome:
@@ -173,10 +167,13 @@ def test_a_warning_event_is_posted_once_per_change_of_the_pod_problem() -> None:
     first, second = PodProblem("Unschedulable", "pod a: 0/3"), PodProblem("ImagePullBackOff", "pod a: image")
     for o in (outcome(first), outcome(first), outcome(first, written=False), outcome(second), outcome(None),
               outcome(second)):  # fmt: skip
-        asyncio.run(st._report_pods(body, o))
-    assert [(t, r) for t, r, _ in events.posted] == [("Warning", "Unschedulable"), ("Warning", "ImagePullBackOff"),
-                                                      ("Warning", "ImagePullBackOff")]  # fmt: skip
-    st2, quiet = _state(), Events()
-    st2.kube = quiet  # type: ignore[assignment]
-    asyncio.run(st2._report_pods(body, outcome(first, written=False)))
-    assert quiet.posted == [], "after a restart, a problem the status already shows is not posted again"
+        asyncio.run(st._report(("ns", "chat"), body, o, placement(o.status)))
+    assert [(e.type, e.reason) for e in writer.events] == [
+        ("Warning", "Unschedulable"),
+        ("Warning", "ImagePullBackOff"),
+        ("Warning", "ImagePullBackOff"),
+    ]
+    st2, quiet = _state(), FakeWriter()
+    st2.writer = quiet
+    asyncio.run(st2._report(("ns", "chat"), body, outcome(first, written=False), ()))
+    assert quiet.events == [], "after a restart, a problem the status already shows is not posted again"

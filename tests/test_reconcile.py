@@ -11,29 +11,12 @@ import random
 from typing import Any
 
 from ib_testkit.factories import MODELS, node
+from ib_testkit.writer import FakeWriter
 from inference_backend.capacity import GpuLedger
-from inference_backend.controller.reconcile import Recent, reconcile
-from inference_backend.controller.world import Child, World
+from inference_backend.controller.reconcile import reconcile
+from inference_backend.controller.world import Child, Recent, World
 from inference_backend.facts import group_nodes
 from inference_backend.vocabulary import APPLIED_HASH
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.statuses: list[dict[str, Any]] = []
-        self.writes = 0
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        self.writes += 1
-        self.applied.append(obj)
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        return None
-
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.writes += 1
-        self.statuses.append(status)
 
 
 def body(spec: dict[str, Any], generation: int = 1, status: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -51,12 +34,12 @@ def world(children: dict[tuple[str, str, str], Child] | None = None) -> World:
     return World(classes, {"ns": list(MODELS.items())}, children or {})
 
 
-def run(b: dict[str, Any], w: World, rec: Recorder) -> Any:
-    return asyncio.run(reconcile(b, w, rec, "test"))  # type: ignore[arg-type]
+def run(b: dict[str, Any], w: World, rec: FakeWriter) -> Any:
+    return asyncio.run(reconcile(b, w, rec, "test"))
 
 
 def test_first_reconcile_applies_children_with_owner_and_hash() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
     kinds = [o["kind"] for o in rec.applied]
     assert kinds == ["Deployment", "Service"]
@@ -69,37 +52,37 @@ def test_first_reconcile_applies_children_with_owner_and_hash() -> None:
 
 
 def test_second_reconcile_with_same_state_writes_nothing() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     first = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
     children = {
         ("ns", o["metadata"]["name"], o["kind"]): Child(o["metadata"]["annotations"][APPLIED_HASH], {})
         for o in rec.applied
     }
     assert first.status["ready"] == "0/1", "a Deployment just applied starts with none ready"
-    again = Recorder()
+    again = FakeWriter()
     out = run(body({"model": {"modelRef": "llama-3-1-8b"}}, status=first.status), world(children), again)
     assert again.writes == 0 and out.applied == 0 and not out.status_written
 
 
 def test_invalid_spec_is_reported_not_raised() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body({"model": {"uri": "hf://x/y"}}), world(), rec)
     assert rec.applied == []
     assert out.status["phase"] == "Failed"
     assert "spec.model.parameters" in out.status["conditions"][0]["message"]
-    rec = Recorder()
+    rec = FakeWriter()
     out = run(body({"model": {"uri": "hf://x/y", "parameters": "8B"}, "kvCache": {"memoryFraction": 3}}), world(), rec)
     assert out.status["phase"] == "Failed" and "kvCache.memoryFraction" in out.status["conditions"][0]["message"]
 
 
 def test_unsatisfiable_update_keeps_the_deployment() -> None:
-    rec = Recorder()
+    rec = FakeWriter()
     first = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
     dep = next(o for o in rec.applied if o["kind"] == "Deployment")
     live = {"spec": {"replicas": 1}, "status": {"readyReplicas": 1, "conditions": [
         {"type": "Available", "status": "True"}]}}  # fmt: skip
     children = {("ns", "chat", "Deployment"): Child(dep["metadata"]["annotations"][APPLIED_HASH], live)}
-    again = Recorder()
+    again = FakeWriter()
     out = run(body({"model": {"modelRef": "llama-3-1-70b"}}, generation=2, status=first.status), world(children), again)
     assert again.applied == [], "nothing is applied for a spec that cannot be served"
     assert out.status["phase"] == "Degraded" and out.status["backend"] == "vllm"
@@ -109,30 +92,30 @@ def test_unsatisfiable_update_keeps_the_deployment() -> None:
 def test_plan_is_reused_while_its_inputs_are_unchanged() -> None:
     """With versions (as the operator passes them), a reconcile triggered by a child's status reuses the last
     selection and rendering; a new node or Model version, or a new generation, selects again."""
-    rec, recent = Recorder(), Recent()
+    rec, recent = FakeWriter(), Recent()
     b = body({"model": {"modelRef": "llama-3-1-8b"}})
     w = world()
     versioned = World(w.node_classes, w.models, w.children, version=(1, 1))
-    asyncio.run(reconcile(b, versioned, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(b, versioned, rec, "test", recent))
     # the second sees its own status (the placement now serving is kept): one more selection, then reuse
-    asyncio.run(reconcile(b, versioned, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(b, versioned, rec, "test", recent))
     first = recent.plans[("ns", "chat")]
     assert first.key[4] is not None
-    asyncio.run(reconcile(b, versioned, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(b, versioned, rec, "test", recent))
     assert recent.plans[("ns", "chat")] is first
     moved = World(w.node_classes, w.models, w.children, version=(2, 1))
-    asyncio.run(reconcile(b, moved, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(b, moved, rec, "test", recent))
     assert recent.plans[("ns", "chat")] is not first
     assert recent.plans[("ns", "chat")].manifests == first.manifests
     newer = body({"model": {"modelRef": "llama-3-2-1b"}}, generation=2)
-    asyncio.run(reconcile(newer, moved, rec, "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(newer, moved, rec, "test", recent))
     assert recent.plans[("ns", "chat")].decision.backend == "vllm"
     assert recent.plans[("ns", "chat")].manifests != first.manifests
 
 
 def test_no_plan_is_kept_without_versions() -> None:
     recent = Recent()
-    asyncio.run(reconcile(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), Recorder(), "test", recent))  # type: ignore[arg-type]
+    asyncio.run(reconcile(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), FakeWriter(), "test", recent))
     assert recent.plans == {}
 
 

@@ -10,8 +10,10 @@ import asyncio
 from typing import Any
 
 from ib_testkit.factories import MODELS, node
-from inference_backend.controller.reconcile import Outcome, Recent, reconcile
-from inference_backend.controller.world import Child, World
+from ib_testkit.writer import FakeWriter
+from inference_backend.controller.config import Config
+from inference_backend.controller.reconcile import Outcome, reconcile
+from inference_backend.controller.world import Child, Recent, World
 from inference_backend.facts import group_nodes
 from inference_backend.pods import PodProblem, PodSummary, stuck_since, summarize
 from inference_backend.vocabulary import APPLIED_HASH
@@ -19,21 +21,6 @@ from inference_backend.vocabulary import APPLIED_HASH
 T0 = 1_800_000_000.0
 STAMP = "2027-01-15T08:00:00Z"  # T0
 NO_GPU = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available"
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.writes = 0
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        self.applied.append(obj)
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        return None
-
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.writes += 1
 
 
 def pod(name: str, spec_hash: str, message: str = NO_GPU, scheduled: bool = False) -> dict[str, Any]:
@@ -89,12 +76,12 @@ def world(pods: list[PodSummary], now: float, applied: list[dict[str, Any]],
           nodes: list[dict[str, Any]] | None = None) -> World:  # fmt: skip
     classes = group_nodes(nodes or [node("l4-a", "l4"), node("a10g-a", "a10g")])
     return World(classes, {"ns": list(MODELS.items())}, children(applied),
-                 pods={("ns", "chat"): pods}, unschedulable_grace=300, clock=lambda: now)  # fmt: skip
+                 pods={("ns", "chat"): pods}, config=Config(unschedulable_grace=300), clock=lambda: now)  # fmt: skip
 
 
-def run(b: dict[str, Any], w: World) -> tuple[Outcome, Recorder]:
-    rec = Recorder()
-    return asyncio.run(reconcile(b, w, rec, "test", Recent())), rec  # type: ignore[arg-type]
+def run(b: dict[str, Any], w: World) -> tuple[Outcome, FakeWriter]:
+    rec = FakeWriter()
+    return asyncio.run(reconcile(b, w, rec, "test", Recent())), rec
 
 
 def product(out: Outcome) -> str:

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from ib_testkit.factories import MODELS, node
+from ib_testkit.writer import FakeWriter
 from inference_backend.api import InferenceBackend
 from inference_backend.capacity import GpuLedger
-from inference_backend.controller.reconcile import Outcome, Recent, reconcile
-from inference_backend.controller.world import Child, World, slim_child
+from inference_backend.controller.reconcile import Outcome, reconcile
+from inference_backend.controller.world import Child, Recent, World, slim_child
 from inference_backend.facts import group_nodes
 from inference_backend.render import render
 from inference_backend.rollout import Live, choose
@@ -21,21 +22,6 @@ from inference_backend.vocabulary import APPLIED_HASH
 
 GPU = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"accelerator": "gpu"}}
 A10G = ("nvidia.com/gpu", (("nvidia.com/gpu.product", "NVIDIA-A10G"),))
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.statuses: dict[str, dict[str, Any]] = {}
-
-    async def apply(self, obj: dict[str, Any]) -> None:
-        self.applied.append(obj)
-
-    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
-        return None
-
-    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.statuses[name] = status
 
 
 def body(name: str, spec: dict[str, Any], status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
@@ -53,12 +39,12 @@ def live(obj: dict[str, Any], *, total: int | None = None, updated: int | None =
     return Child(obj["metadata"]["annotations"][APPLIED_HASH], slim_child("Deployment", obj["spec"], st))
 
 
-def run(b: dict[str, Any], w: World) -> tuple[Outcome, Recorder]:
-    rec = Recorder()
-    return asyncio.run(reconcile(b, w, rec, "test", Recent())), rec  # type: ignore[arg-type]
+def run(b: dict[str, Any], w: World) -> tuple[Outcome, FakeWriter]:
+    rec = FakeWriter()
+    return asyncio.run(reconcile(b, w, rec, "test", Recent())), rec
 
 
-def deployment(rec: Recorder) -> dict[str, Any]:
+def deployment(rec: FakeWriter) -> dict[str, Any]:
     return next(o for o in rec.applied if o["kind"] == "Deployment")
 
 

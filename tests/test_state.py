@@ -8,6 +8,7 @@ import logging
 import types
 
 from inference_backend.controller import handlers, state
+from inference_backend.controller.config import Config
 from inference_backend.controller.state import ALL, Indexes, OperatorState
 
 SHARED_CONSTANTS = {"MANAGED"}  # kopf's label filter: read by its decorators at import, never written
@@ -28,7 +29,8 @@ def test_handlers_and_state_keep_no_mutable_module_globals() -> None:
 
 
 def _state(backends: dict[tuple[str, str], list[dict]]) -> OperatorState:  # type: ignore[type-arg]
-    st = OperatorState(Indexes(models={}, deployments={}, services={}, pdbs={}, backends=backends), debounce=0.05)
+    indexes = Indexes(models={}, deployments={}, services={}, pdbs={}, backends=backends)
+    st = OperatorState(indexes, Config(debounce=0.05))
     st.nodes.ready.set()
     st.indexed.set()
     return st

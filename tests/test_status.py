@@ -6,7 +6,7 @@ from typing import Any
 
 from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.selection import select
-from inference_backend.status import Observed, compute
+from inference_backend.status import Input, Observed, build
 
 from tests.test_argocd_health import health
 
@@ -18,9 +18,9 @@ BAD = select(spec(model={"modelRef": "llama-3-1-70b"}), cluster(node("l4", "l4",
 def make(decision: Any = GOOD, observed: Observed | None = None, error: str | None = None,
          previous: dict[str, Any] | None = None, now: str = NOW, generation: int = 1,
          pod_problem: Any = None) -> dict[str, Any]:  # fmt: skip
-    return compute(generation=generation, decision=None if error else decision, error=error, observed=observed,
-                   serving=previous, endpoint="http://x.ns.svc:8000", previous=previous, now=now,
-                   spec_hash="abc", pod_problem=pod_problem)  # fmt: skip
+    return build(Input(generation=generation, decision=None if error else decision, error=error, workload=observed,
+                       endpoint="http://x.ns.svc:8000", previous=previous, now=now, spec_hash="abc",
+                       pod_problem=pod_problem))  # fmt: skip
 
 
 def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ PACKAGE = ROOT / "operator/inference_backend"
 DOC = ROOT / "docs/troubleshooting.md"
 CAMEL = re.compile(r"^(?=.*[a-z])[A-Z][A-Za-z]+$")  # OOMKilled, CRDMissing, InvalidSpec
 # call name -> index of its reason argument
-REASON_ARG = {"_condition": 2, "_pod_condition": 1, "PodProblem": 0, "ReconcileFailure": 0, "event": 2}
+REASON_ARG = {"_condition": 2, "_pod_condition": 1, "PodProblem": 0, "ReconcileFailure": 0, "event": 2, "Event": 1}
 
 
 def _strings(node: ast.AST) -> set[str]:

@@ -25,9 +25,10 @@ from inference_backend.facts import ARCH_LABEL, DRA_POOL_ANNOTATION, dra_annotat
 from inference_backend.memory import disk_bytes, weight_bytes
 from inference_backend.names import dns1035_label, endpoint, label_value, service_name
 from inference_backend.quantity import GIB, parse_quantity
-from inference_backend.rollout import strategy
+from inference_backend.rollout import Choice, Context, choose, strategy
 from inference_backend.selection.hardware import ARM64_TAINT
 from inference_backend.vocabulary import (
+    AUTOSCALER,
     BACKEND_LABEL,
     COMPONENT,
     COMPONENT_LABEL,
@@ -40,6 +41,7 @@ from inference_backend.vocabulary import (
     NAME_LABEL,
     PART_OF,
     PART_OF_LABEL,
+    REPLICAS_OWNER,
     SCRAPE_ANNOTATION,
     SCRAPE_PATH_ANNOTATION,
     SCRAPE_PORT_ANNOTATION,
@@ -60,6 +62,8 @@ class Rendered:
     spec_hash: str
     unsupported: tuple[str, ...]
     """The Decision's unsupported features followed by the renderer's notes."""
+    rollout: Choice | None = None
+    """How the workload's pods are replaced, chosen from the cluster (rollout.choose); None when rendered offline."""
 
 
 def object_names(ib: InferenceBackend) -> dict[str, str]:
@@ -313,11 +317,12 @@ def selector_string(name: str) -> str:
 
 def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
                   scaling: autoscaling.Settings = autoscaling.DEFAULT,
-                  image_policy: images.Policy = images.EMPTY) -> Rendered:  # fmt: skip
+                  image_policy: images.Policy = images.EMPTY, rollout: Context | None = None) -> Rendered:  # fmt: skip
     """Everything ``render`` returns, plus the engine container, the spec hash and the notes. With
-    spec.autoscaling the Deployment has no replicas (the autoscaler owns them) and a KEDA ScaledObject follows.
-    ``image_policy``: the operator's mirror, image overrides and pull secrets (images.py), applied to every pod
-    template before its hash is taken."""
+    spec.autoscaling the Deployment has no replicas (the autoscaler owns them, its REPLICAS_OWNER annotation says
+    so) and a KEDA ScaledObject follows. ``image_policy``: the operator's mirror, image overrides and pull secrets
+    (images.py), applied to every pod template before its hash is taken. ``rollout``: the cluster the operator
+    sees, from which the rollout strategy is chosen once the template's hash is known (``Rendered.rollout``)."""
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
     spec = ib.spec
@@ -390,9 +395,15 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     pod_spec = images.apply(pod_spec, image_policy)
     template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
     if decision.placement.multi_node:
-        return _multi_node(ib, decision, c, template, image_policy, claim)
+        multi = _multi_node(ib, decision, c, template, image_policy, claim)
+        if rollout is None:
+            return multi
+        return replace(multi, rollout=_choose(ib, decision, rollout, multi.spec_hash))
     digest = spec_hash(template)
     template["metadata"]["annotations"][SPEC_HASH] = digest
+    choice = _choose(ib, decision, rollout, digest) if rollout is not None else None
+    if choice is not None and choice.surge is not None:
+        surge = choice.surge
 
     deploy_spec: Json = {} if spec.autoscaling is not None else {"replicas": spec.replicas}
     deploy_spec["selector"] = {"matchLabels": selector_labels(ib)}
@@ -406,14 +417,20 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
         deploy_spec["strategy"] = strategy(surge)
     deploy_spec["template"] = template
     names = object_names(ib)
-    meta = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
+    meta: Json = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
+    if spec.autoscaling is not None:
+        meta["annotations"] = {REPLICAS_OWNER: AUTOSCALER}
     deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
     objects: list[Json] = [*claim, *weights_claim(ib, decision, lbl), deployment,
                            *_service_and_pdb(ib, c, lbl, selector_labels(ib))]  # fmt: skip
     if spec.autoscaling is not None:
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names["Deployment"]}
         objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
-    return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
+    return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported, choice)
+
+
+def _choose(ib: InferenceBackend, decision: Decision, ctx: Context, digest: str) -> Choice:
+    return choose(ib.spec, decision, ctx.cluster, ctx.others, ctx.live, digest)
 
 
 def _cel_string(value: str) -> str:

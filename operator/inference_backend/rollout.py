@@ -80,6 +80,17 @@ class Choice:
         return {"strategy": "surge" if self.surge else "recreate", "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class Context:
+    """What the choice of a rollout strategy reads of the cluster (render takes it to finish the Deployment)."""
+
+    cluster: Mapping[HardwareClass, tuple[str, ...]]
+    others: Mapping[Pool, int]
+    """Devices per pool the other backends reserve."""
+    live: Live | None
+    """The Deployment serving now (None before the first apply)."""
+
+
 def choose(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[HardwareClass, tuple[str, ...]],
            others: Mapping[Pool, int], live: Live | None, new_hash: str | None) -> Choice:  # fmt: skip
     """The rollout strategy for ``decision``'s Deployment. ``others``: devices per pool other backends reserve;

@@ -1,4 +1,6 @@
-"""Status of an InferenceBackend, computed purely from the decision and the observed Deployment.
+"""Status of an InferenceBackend, computed purely: :func:`build` makes the whole status of a reconcile from one
+:class:`Input` (the decision, the observed workloads, what waits, the autoscaler, the rollout); :func:`failed` the
+status after a reconcile that failed part-way. The controller writes either through its one status write.
 
 Conditions use the metav1.Condition shape, each with observedGeneration; a condition's lastTransitionTime only
 moves when its status changes, so an unchanged object yields an identical status (and the operator writes nothing).
@@ -6,11 +8,14 @@ moves when its status changes, so an unchanged object yields an identical status
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.decision import Decision
 from inference_backend.pods import PodProblem
+from inference_backend.rollout import Choice
 
 MAX_MESSAGE = 1024
 RECONCILED = "the spec is planned, applied and reported"
@@ -57,125 +62,226 @@ def _rejections(decision: Decision) -> str:
     return "; ".join(f"{engine}: {why}" for engine, why in decision.rejected)
 
 
-def compute(
-    *,
-    generation: int,
-    decision: Decision | None,
-    error: str | None,
-    observed: Observed | None,
-    serving: dict[str, Any] | None,
-    endpoint: str,
-    previous: dict[str, Any] | None,
-    now: str,
-    spec_hash: str | None = None,
-    waiting: str | None = None,
-    pod_problem: PodProblem | None = None,
-    selector: str | None = None,
-    autoscaling: tuple[bool, str, str] | None = None,
-    missing: str | None = None,
-    switching: str | None = None,
-) -> dict[str, Any]:
-    """The new status.
+@dataclass(frozen=True)
+class Scaler:
+    """spec.autoscaling's ScaledObject, as the Autoscaling condition and status.autoscaling report it."""
 
-    ``decision`` is this generation's selection (None with ``error`` when the spec is invalid); ``serving`` is the
-    status of what was applied before (backend, decision, specHash), kept when the new decision cannot be applied
-    so the status keeps describing what still serves. ``waiting`` says why a satisfiable decision is not applied
-    yet (its GPUs are reserved by other InferenceBackends): phase Pending, or Degraded while the previous
-    Deployment serves. ``selector`` is the pods' label selector (status.selector, for the scale subresource);
-    ``autoscaling`` the Autoscaling condition (status, reason, message) with spec.autoscaling. ``pod_problem`` is
-    the worst problem of the backend's pods (inference_backend.pods.worst):
-    while the backend is not Ready it becomes the Ready condition's reason, and its message is appended.
-    ``missing`` says the plan needs an API the cluster does not serve (the LeaderWorkerSet CRD): nothing new is
-    applied, phase Pending (Degraded while the previous child serves), the Ready condition's reason CRDMissing.
-    ``switching`` says the workload changes kind (Deployment <-> LeaderWorkerSet): ``observed`` is then the old
-    child, which keeps serving until the new one is available; phase Deploying, reason SwitchingWorkload.
-    """
-    conditions: list[dict[str, Any]] = []
-    status: dict[str, Any] = {"observedGeneration": generation}
-    satisfiable = decision is not None and decision.satisfiable
-    if error is not None:
-        conditions.append(_condition("BackendSelected", False, "InvalidSpec", error))
-        conditions.append(_condition("Fits", None, "InvalidSpec", "the spec must be fixed first"))
-        conditions.append(_condition("SpeculativeDecoding", None, "InvalidSpec", "the spec must be fixed first"))
-    elif decision is not None and decision.placement is not None and decision.backend is not None:
-        p = decision.placement
-        conditions.append(
-            _condition("BackendSelected", True, "EngineSelected", f"{decision.backend} on {p.describe()}")
+    spec: Autoscaling
+    applied: dict[str, Any] | None
+    """status.autoscaling: the ScaledObject applied (its name, target, metric, query and hash); None before."""
+    missing: str | None = None
+    """Why the KEDA CRD is missing (the ScaledObject cannot be created), or None."""
+    overcommitted: str | None = None
+    """The autoscaler asked for more replicas than the GPU pool has free devices for (they stay Pending)."""
+
+    def condition(self) -> tuple[bool, str, str]:
+        """The Autoscaling condition: (status, reason, message)."""
+        if self.missing is not None:
+            return False, "ScalerMissing", self.missing
+        a, applied = self.spec, self.applied
+        if applied is None:
+            return False, "Pending", "the ScaledObject is not applied yet"
+        where = (
+            f"ScaledObject {applied['scaledObject']} scales {applied['target']} from {a.min_replicas} to "
+            f"{a.max_replicas} replicas on {a.metric} (target {a.target:g}) = {applied['metric']}; the operator "
+            "leaves the Deployment's replicas to it"
         )
+        if self.overcommitted is not None:
+            return False, "CapacityExceeded", f"{self.overcommitted}; {where}"
+        return True, "ScalerReady", where
+
+
+@dataclass(frozen=True)
+class Input:
+    """Everything the status of one reconcile is made of."""
+
+    generation: int
+    decision: Decision | None
+    """This generation's selection (None with ``error`` when the spec is invalid)."""
+    error: str | None
+    previous: Mapping[str, Any] | None
+    """The status as last written: what was applied before (backend, decision, specHash), kept when the new decision
+    cannot be applied so the status keeps describing what still serves; its conditions keep their transition times."""
+    now: str
+    endpoint: str
+    spec_hash: str | None = None
+    selector: str | None = None
+    """The pods' label selector (status.selector, for the scale subresource)."""
+    workload: Observed | None = None
+    """The workload of the plan's kind as the watch reports it (without a plan: whichever workload exists)."""
+    old: Observed | None = None
+    """The workload of the other kind (a Deployment replaced by a LeaderWorkerSet, or back), while it exists."""
+    kinds: tuple[str, str] | None = None
+    """(the plan's workload kind, the other kind)."""
+    switching: bool = False
+    """The workload changes kind and the new one is not available yet: the old one keeps serving, phase Deploying,
+    reason SwitchingWorkload."""
+    replicas: int | None = None
+    """The replicas just applied: until the watch brings the workload back it counts as none of them ready."""
+    waiting: str | None = None
+    """Why a satisfiable decision is not applied yet (its GPUs are reserved by other InferenceBackends): phase
+    Pending, or Degraded while the previous Deployment serves."""
+    missing: str | None = None
+    """The plan needs an API the cluster does not serve (the LeaderWorkerSet CRD): nothing new is applied, phase
+    Pending (Degraded while the previous child serves), the Ready condition's reason CRDMissing."""
+    pod_problem: PodProblem | None = None
+    """The worst problem of the backend's pods (pods.worst): while the backend is not Ready it becomes the Ready
+    condition's reason, and its message is appended."""
+    scaler: Scaler | None = None
+    """With spec.autoscaling and a satisfiable decision: the Autoscaling condition and status.autoscaling."""
+    rollout: Choice | None = None
+    """How the Deployment's pods are replaced (status.rollout)."""
+
+    @property
+    def satisfiable(self) -> bool:
+        return self.decision is not None and self.decision.satisfiable
+
+
+def build(inp: Input) -> dict[str, Any]:
+    """The whole status of an InferenceBackend after a reconcile that ran to its end."""
+    observed, note = _serving(inp)
+    conditions = _selection(inp.decision, inp.error)
+    st: dict[str, Any] = {"observedGeneration": inp.generation, **_applied(inp)}
+    phase, ready = _readiness(inp, observed, note)
+    conditions.append(ready)
+    if inp.scaler is not None:
+        conditions.append(_condition("Autoscaling", *inp.scaler.condition()))
+    conditions.append(_condition("Reconciled", True, "Reconciled", RECONCILED))
+    replicas = observed.replicas if observed else 0
+    ready_replicas = observed.ready_replicas if observed else 0
+    st.update(phase=phase, replicas=replicas, readyReplicas=ready_replicas, ready=f"{ready_replicas}/{replicas}")
+    if inp.selector is not None:
+        st["selector"] = inp.selector
+    st["conditions"] = _with_transitions(conditions, inp.previous, inp.generation, inp.now)
+    out = {k: v for k, v in st.items() if v is not None}
+    if "backend" in out:
+        out.update(_notes(inp))
+    return out
+
+
+def _serving(inp: Input) -> tuple[Observed | None, str | None]:
+    """The workload the Ready condition reports on, and the note of a switch of workload kind in progress."""
+    if inp.switching and inp.missing is None and inp.old is not None and inp.kinds is not None:
+        kind, other = inp.kinds
+        new = inp.workload
+        ready = f"{new.ready_replicas}/{new.replicas} ready" if new is not None else "being created"
+        note = (
+            f"switching from a {other} to a {kind} ({ready}): the {other} keeps serving until the {kind} is "
+            "available, then it is deleted"
+        )
+        return inp.old, note  # what the Service routes to until the new workload is available
+    if inp.missing is not None:
+        return inp.old, None
+    observed = inp.workload
+    if observed is None and inp.replicas is not None and inp.satisfiable and inp.waiting is None:
+        # Just applied; the watch has not brought the workload back yet. It starts with none ready.
+        observed = Observed(replicas=inp.replicas, ready_replicas=0, available=False)
+    return observed, None
+
+
+def _selection(decision: Decision | None, error: str | None) -> list[dict[str, Any]]:
+    """The BackendSelected, Fits and SpeculativeDecoding conditions."""
+    if error is not None:
+        return [
+            _condition("BackendSelected", False, "InvalidSpec", error),
+            _condition("Fits", None, "InvalidSpec", "the spec must be fixed first"),
+            _condition("SpeculativeDecoding", None, "InvalidSpec", "the spec must be fixed first"),
+        ]
+    if decision is not None and decision.placement is not None and decision.backend is not None:
+        p = decision.placement
         memory = decision.to_status().memory
-        fits = "" if memory is None else (f"required {memory.required_gi_b} GiB of {memory.available_gi_b} GiB; "
-                                          f"KV cache {memory.kv_cache_gi_b} GiB")  # fmt: skip
-        conditions.append(_condition("Fits", True, "Fits", fits))
+        fits = (
+            ""
+            if memory is None
+            else f"required {memory.required_gi_b} GiB of {memory.available_gi_b} GiB; "
+            f"KV cache {memory.kv_cache_gi_b} GiB"
+        )
         spec = decision.speculation
         reason = "Enabled" if spec.enabled else ("NotRequested" if spec.reason == "not requested" else "Disabled")
-        conditions.append(_condition("SpeculativeDecoding", spec.enabled, reason, spec.reason))
-    elif decision is not None:
+        return [
+            _condition("BackendSelected", True, "EngineSelected", f"{decision.backend} on {p.describe()}"),
+            _condition("Fits", True, "Fits", fits),
+            _condition("SpeculativeDecoding", spec.enabled, reason, spec.reason),
+        ]
+    if decision is not None:
         why = decision.reasons[-1] if decision.reasons else "no engine fits"
-        conditions.append(_condition("BackendSelected", False, "NoEngine", why))
-        conditions.append(_condition("Fits", False, "DoesNotFit", _rejections(decision) or why))
-        conditions.append(_condition("SpeculativeDecoding", None, "NoEngine", "no engine selected"))
+        return [
+            _condition("BackendSelected", False, "NoEngine", why),
+            _condition("Fits", False, "DoesNotFit", _rejections(decision) or why),
+            _condition("SpeculativeDecoding", None, "NoEngine", "no engine selected"),
+        ]
+    return []
 
-    if satisfiable and decision is not None and (waiting is not None or missing is not None):
-        status["decision"] = decision.to_status().wire()
+
+SERVES = ("backend", "specHash", "endpoint")
+"""What the status says of what is applied and serving: kept from the previous status until something new is."""
+
+
+def _applied(inp: Input) -> dict[str, Any]:
+    """backend, decision, specHash and endpoint: this decision's once applied, else what still serves."""
+    decision, serving = inp.decision, inp.previous
+    if inp.satisfiable and decision is not None and (inp.waiting is not None or inp.missing is not None):
         if serving and serving.get("backend"):
-            status.update({k: v for k, v in serving.items() if k in ("backend", "specHash", "endpoint")})
-        else:
-            status["backend"] = decision.backend
-    elif satisfiable and decision is not None:
-        status["backend"] = decision.backend
-        status["decision"] = decision.to_status().wire()
-        status["specHash"] = spec_hash
-        status["endpoint"] = endpoint
-    else:
-        if serving:
-            status.update({k: v for k, v in serving.items() if k in ("backend", "specHash", "endpoint")})
-        if decision is not None:
-            status["decision"] = decision.to_status().wire()
+            kept = {k: v for k, v in serving.items() if k in SERVES}
+            return {"decision": decision.to_status().wire(), **kept}
+        return {"decision": decision.to_status().wire(), "backend": decision.backend}
+    if inp.satisfiable and decision is not None:
+        return {
+            "backend": decision.backend,
+            "decision": decision.to_status().wire(),
+            "specHash": inp.spec_hash,
+            "endpoint": inp.endpoint,
+        }
+    out = {k: v for k, v in (serving or {}).items() if k in SERVES}
+    if decision is not None:
+        out["decision"] = decision.to_status().wire()
+    return out
 
+
+def _readiness(inp: Input, observed: Observed | None, switching: str | None) -> tuple[str, dict[str, Any]]:
+    """The phase and the Ready condition."""
     replicas = observed.replicas if observed else 0
     ready = observed.ready_replicas if observed else 0
     serving_now = observed is not None and observed.available and (ready > 0 or replicas == 0)
-    if not satisfiable:
-        phase = "Degraded" if serving_now else "Failed"
-        why = "the spec cannot be satisfied"
-        if serving_now:
-            why += "; the previous Deployment keeps serving"
-        conditions.append(_condition("Ready", serving_now, "Unsatisfiable", why))
-    elif waiting is not None:
-        phase = "Degraded" if serving_now else "Pending"
-        if serving_now:
-            waiting += "; the previous Deployment keeps serving"
-        conditions.append(_condition("Ready", serving_now, "InsufficientCapacity", waiting))
-    elif missing is not None:
-        phase = "Degraded" if serving_now else "Pending"
-        conditions.append(_condition("Ready", serving_now, "CRDMissing", missing))
-    elif switching is not None:
-        phase = "Deploying"
-        conditions.append(_condition("Ready", serving_now, "SwitchingWorkload", switching))
-    elif observed is None:
-        phase = "Deploying"
-        conditions.append(_condition("Ready", False, "Deploying", "the Deployment is being created"))
-    elif observed.progress_deadline_exceeded:
-        phase = "Degraded"
+    problem = inp.pod_problem
+    if not inp.satisfiable:
+        why = "the spec cannot be satisfied" + ("; the previous Deployment keeps serving" if serving_now else "")
+        return ("Degraded" if serving_now else "Failed"), _condition("Ready", serving_now, "Unsatisfiable", why)
+    if inp.waiting is not None:
+        waiting = inp.waiting + ("; the previous Deployment keeps serving" if serving_now else "")
+        return ("Degraded" if serving_now else "Pending"), _condition(
+            "Ready", serving_now, "InsufficientCapacity", waiting
+        )
+    if inp.missing is not None:
+        return ("Degraded" if serving_now else "Pending"), _condition("Ready", serving_now, "CRDMissing", inp.missing)
+    if switching is not None:
+        return "Deploying", _condition("Ready", serving_now, "SwitchingWorkload", switching)
+    if observed is None:
+        return "Deploying", _condition("Ready", False, "Deploying", "the Deployment is being created")
+    if observed.progress_deadline_exceeded:
         late = f"{ready}/{replicas} replicas ready; the rollout exceeded its deadline"
-        conditions.append(_pod_condition(serving_now, "ProgressDeadlineExceeded", late, pod_problem))
-    elif serving_now and ready >= replicas:
-        phase = "Ready"
-        conditions.append(_condition("Ready", True, "Available", f"{ready}/{replicas} replicas ready"))
-    else:
-        phase = "Deploying"
-        conditions.append(_pod_condition(serving_now, "Deploying", f"{ready}/{replicas} replicas ready", pod_problem))
-    if autoscaling is not None:
-        conditions.append(_condition("Autoscaling", *autoscaling))
-    conditions.append(_condition("Reconciled", True, "Reconciled", RECONCILED))
-    status.update(phase=phase, replicas=replicas, readyReplicas=ready, ready=f"{ready}/{replicas}")
-    if selector is not None:
-        status["selector"] = selector
-    status["conditions"] = _with_transitions(conditions, previous, generation, now)
-    return {k: v for k, v in status.items() if v is not None}
+        return "Degraded", _pod_condition(serving_now, "ProgressDeadlineExceeded", late, problem)
+    if serving_now and ready >= replicas:
+        return "Ready", _condition("Ready", True, "Available", f"{ready}/{replicas} replicas ready")
+    return "Deploying", _pod_condition(serving_now, "Deploying", f"{ready}/{replicas} replicas ready", problem)
 
 
-def failed(previous: dict[str, Any] | None, *, generation: int, reason: str, message: str, now: str) -> dict[str, Any]:
+def _notes(inp: Input) -> dict[str, Any]:
+    """status.autoscaling (the ScaledObject applied) and status.rollout (how pods are replaced, and why)."""
+    out: dict[str, Any] = {}
+    if inp.scaler is not None and inp.scaler.applied is not None:
+        out["autoscaling"] = inp.scaler.applied
+    if inp.rollout is not None and (rollout := inp.rollout.to_status()) is not None:
+        said = (inp.previous or {}).get("rollout") or {}
+        if inp.rollout.kept and said.get("strategy") == rollout["strategy"]:
+            rollout = dict(said)  # the reason given when it was chosen, not a rewrite on the next pass
+        out["rollout"] = rollout
+    return out
+
+
+def failed(
+    previous: Mapping[str, Any] | None, *, generation: int, reason: str, message: str, now: str
+) -> dict[str, Any]:
     """The status after a reconcile that failed part-way (planning raised, the API server refused or did not answer
     an apply): everything else stays as the last good reconcile left it, the Reconciled condition says what failed
     and that it is retried, and the phase becomes Degraded while something serves, Failed otherwise.
@@ -192,8 +298,8 @@ def failed(previous: dict[str, Any] | None, *, generation: int, reason: str, mes
 
 
 def _with_transitions(
-    conditions: list[dict[str, Any]], previous: dict[str, Any] | None, generation: int, now: str
-) -> list[dict[str, Any]]:  # fmt: skip
+    conditions: list[dict[str, Any]], previous: Mapping[str, Any] | None, generation: int, now: str
+) -> list[dict[str, Any]]:
     before = {c.get("type"): c for c in (previous or {}).get("conditions") or []}
     out = []
     for cond in conditions:
@@ -203,6 +309,6 @@ def _with_transitions(
     return out
 
 
-def changed(current: dict[str, Any] | None, new: dict[str, Any]) -> bool:
+def changed(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether writing ``new`` would change anything."""
     return (current or {}) != new

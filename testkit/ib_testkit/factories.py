@@ -130,3 +130,22 @@ MODELS: dict[str, ModelSpec] = {
         "llama-3-2-1b-notok": {"uri": "hf://x/draft2", "architecture": "LlamaForCausalLM", "parameters": "1B"},
     }.items()
 }  # fmt: skip
+
+
+def backend(
+    name: str = "chat",
+    spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    *,
+    generation: int = 1,
+    namespace: str = "ns",
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """An InferenceBackend as the operator's index holds it (the body a reconcile takes)."""
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or f"u-{name}", "generation": generation},
+        "spec": spec or {},
+        "status": status or {},
+    }

@@ -18,15 +18,15 @@ finalizer would keep InferenceBackends from being deleted whenever the operator 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, cast
 
 import kopf
 
-from inference_backend import autoscaling, images
 from inference_backend.api.model import ModelSpec
+from inference_backend.controller import config as configuration
+from inference_backend.controller.config import Config
 from inference_backend.controller.state import Indexes, OperatorState
-from inference_backend.controller.world import UNSCHEDULABLE_GRACE, Child, slim_child
+from inference_backend.controller.world import Child, slim_child
 from inference_backend.pods import PodSummary, owner, summarize
 from inference_backend.vocabulary import (
     APPLIED_HASH,
@@ -45,8 +45,7 @@ from inference_backend.vocabulary import (
 
 MANAGED = {MANAGED_BY_LABEL: MANAGED_BY}  # a label filter, read by kopf's decorators only
 PLURAL = "inferencebackends"
-POD_SELECTOR = (f"{MANAGED_BY_LABEL}={MANAGED_BY},"
-                f"{COMPONENT_LABEL} in ({COMPONENT},{WORKER_COMPONENT})")  # fmt: skip
+POD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL} in ({COMPONENT},{WORKER_COMPONENT})"
 """Server-side label selector of the pod watch: the labels render puts on every pod template (a LeaderWorkerSet's
 workers carry the worker component); no other pod of the cluster reaches the operator."""
 log = logging.getLogger(__name__)
@@ -58,25 +57,15 @@ def _state(memo: Any) -> OperatorState:
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
-    """kopf hands its indexes (empty until the watches fill them) to startup handlers as keyword arguments."""
+    """kopf hands its indexes (empty until the watches fill them) to startup handlers as keyword arguments; the
+    configuration comes in the memo (run.py builds it once from the flags)."""
+    config: Config = getattr(memo, "config", None) or configuration.DEFAULT
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
     settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
     names = ("models", "deployments", "services", "pdbs", "backends", "pods", "lws")
-    indexes = Indexes(**{name: kwargs[name] for name in names})
-    state = OperatorState(
-        indexes,
-        workers=int(os.environ.get("IB_WORKERS", "8")),
-        debounce=float(os.environ.get("IB_DEBOUNCE_SECONDS", "1")),
-        unschedulable_grace=float(os.environ.get("IB_UNSCHEDULABLE_GRACE_SECONDS", UNSCHEDULABLE_GRACE)),
-        scaling=autoscaling.Settings(
-            prometheus_address=os.environ.get("IB_PROMETHEUS_ADDRESS") or autoscaling.DEFAULT_PROMETHEUS,
-            label_matchers=os.environ.get("IB_AUTOSCALING_LABEL_MATCHERS") or autoscaling.DEFAULT_MATCHERS,
-            scrape_annotations=os.environ.get("IB_ENGINE_SCRAPE_ANNOTATIONS", "true") != "false",
-        ),
-        image_policy=images.from_env(os.environ),  # validated by run.py before kopf starts
-    )
+    state = OperatorState(Indexes(**{name: kwargs[name] for name in names}), config)
     memo.state = state
     state.start()
 
@@ -101,8 +90,9 @@ def _child(body: kopf.Body) -> dict[tuple[str, str, str], Child]:
     meta = body["metadata"]
     annotations = meta.get("annotations") or {}
     keep = slim_child(body["kind"], dict(body.get("spec") or {}), dict(body.get("status") or {}))
-    owner = next((r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"),
-                 None)  # fmt: skip
+    owner = next(
+        (r.get("name") for r in meta.get("ownerReferences") or [] if r.get("kind") == "InferenceBackend"), None
+    )
     child = Child(annotations.get(APPLIED_HASH), keep, annotations.get(REPLICAS_OWNER), owner)
     return {(meta["namespace"], meta["name"], body["kind"]): child}
 

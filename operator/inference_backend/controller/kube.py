@@ -1,4 +1,5 @@
-"""The only module that writes to the Kubernetes API: server-side apply of children, status patches, events.
+"""The Kubernetes API client: server-side apply of children, status patches, events (controller.execute is the one
+module that calls it during a reconcile, through the :class:`Writer` protocol that :class:`Kube` implements).
 
 One field manager (``inference-backend``) owns every field the operator sets. Children get an ownerReference to
 their InferenceBackend (so deleting it garbage-collects them) but none of its labels: Argo CD tracks resources by
@@ -12,7 +13,7 @@ import logging
 import os
 import secrets
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
@@ -92,6 +93,25 @@ def owned(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [ref]}}
 
 
+class Writer(Protocol):
+    """What a reconcile needs of the API: the writes, and the one read of the never-adopt check. :class:`Kube` is the
+    real one; ib_testkit.writer.FakeWriter records calls and fails on demand."""
+
+    async def apply(self, obj: dict[str, Any]) -> None: ...
+
+    async def hand_off_replicas(self, obj: dict[str, Any], replicas: int) -> None: ...
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None: ...
+
+    async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None: ...
+
+    async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+
+    async def event(self, owner: dict[str, Any], type: str, reason: str, message: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Kube:
     """Writes, counted so benchmarks can report API writes per reconcile."""
 
@@ -125,18 +145,15 @@ class Kube:
         }
         self.writes += 1
         async with self._slots:  # a dict body: the typed Deployment would require the selector and the template
-            await self.client.patch(Deployment, meta["name"], body, namespace=meta["namespace"],
-                                    patch_type=PatchType.APPLY, field_manager=HANDOFF_MANAGER, force=True)  # fmt: skip
-
-    async def delete_scaled_object(self, namespace: str, name: str) -> None:
-        """Delete a ScaledObject (KEDA then deletes its HPA); one already gone, or a missing CRD, is no error."""
-        self.writes += 1
-        try:
-            async with self._slots:
-                await self.client.delete(ScaledObjectResource, name, namespace=namespace)
-        except Exception as exc:
-            if http_status(exc) != 404:
-                raise
+            await self.client.patch(
+                Deployment,
+                meta["name"],
+                body,
+                namespace=meta["namespace"],
+                patch_type=PatchType.APPLY,
+                field_manager=HANDOFF_MANAGER,
+                force=True,
+            )
 
     async def foreign(self, obj: dict[str, Any], owner_uid: str) -> str | None:
         """Whether an object of ``obj``'s kind and name already exists that ``owner_uid`` does not control: a short
@@ -159,13 +176,18 @@ class Kube:
         managers = sorted({str(m["manager"]) for m in live_meta.get("managedFields") or [] if m.get("manager")})
         owners = [f"{r.get('kind')} {r.get('name')}" for r in refs]
         by = f"owned by {', '.join(owners)}" if owners else f"managed by {', '.join(managers) or 'unknown'}"
-        return f"{obj['kind']} {meta['namespace']}/{meta['name']} already exists and was not created by this " \
-               f"InferenceBackend ({by})"  # fmt: skip
+        return (
+            f"{obj['kind']} {meta['namespace']}/{meta['name']} already exists and was not created by this "
+            f"InferenceBackend ({by})"
+        )
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
-        """Delete a workload we own (the Deployment or LeaderWorkerSet left after a switch of child kind); its pods go
-        with it (background cascade). Already gone is fine."""
-        res: Any = {"Deployment": Deployment, "LeaderWorkerSet": LWSResource}[kind]
+        """Delete a child we own: the workload left after a switch of child kind (its pods go with it: background
+        cascade), or the ScaledObject of an InferenceBackend no longer autoscaled (KEDA then deletes its HPA).
+        Already gone, or a kind whose CRD is not installed, is no error."""
+        res: Any = {"Deployment": Deployment, "LeaderWorkerSet": LWSResource, "ScaledObject": ScaledObjectResource}[
+            kind
+        ]
         self.writes += 1
         async with self._slots:
             try:
@@ -193,8 +215,13 @@ class Kube:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{meta['name'][:200]}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": owner.get("apiVersion") or API_VERSION, "kind": "InferenceBackend",
-                               "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "involvedObject": {
+                "apiVersion": owner.get("apiVersion") or API_VERSION,
+                "kind": "InferenceBackend",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
             "type": type,
             "reason": reason,
             "message": message[:1024],
@@ -204,7 +231,7 @@ class Kube:
             "source": {"component": FIELD_MANAGER},
             "reportingComponent": FIELD_MANAGER,
             "reportingInstance": os.environ.get("HOSTNAME", FIELD_MANAGER)[:128],
-        }  # fmt: skip
+        }
         self.writes += 1
         try:
             async with self._slots:

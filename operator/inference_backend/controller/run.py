@@ -12,8 +12,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from inference_backend import images
-from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
-from inference_backend.controller.world import UNSCHEDULABLE_GRACE
+from inference_backend.controller import config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,33 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus metrics port (0 = off)")
     parser.add_argument("--liveness-port", type=int, default=0, help="serve /healthz on this port (0 = off)")
-    parser.add_argument(
-        "--unschedulable-grace-seconds",
-        type=float,
-        default=float(os.environ.get("IB_UNSCHEDULABLE_GRACE_SECONDS", UNSCHEDULABLE_GRACE)),
-        help="seconds every pod of a placement may stay unschedulable for want of nodes (not volumes) before the "
-        f"backend is placed elsewhere (default {UNSCHEDULABLE_GRACE:.0f}; env IB_UNSCHEDULABLE_GRACE_SECONDS)",
-    )
-    parser.add_argument(
-        "--prometheus-address",
-        default=os.environ.get("IB_PROMETHEUS_ADDRESS", DEFAULT_PROMETHEUS),
-        help="the Prometheus the KEDA ScaledObjects of spec.autoscaling query (serverAddress; default "
-        f"{DEFAULT_PROMETHEUS}; env IB_PROMETHEUS_ADDRESS)",
-    )
-    parser.add_argument(
-        "--autoscaling-label-matchers",
-        default=os.environ.get("IB_AUTOSCALING_LABEL_MATCHERS", DEFAULT_MATCHERS),
-        help="PromQL label matchers selecting one backend's engine series, with {namespace}, {name} and {instance} "
-        f"filled in (default {DEFAULT_MATCHERS}; env IB_AUTOSCALING_LABEL_MATCHERS)",
-    )
-    parser.add_argument(
-        "--engine-scrape-annotations",
-        action=argparse.BooleanOptionalAction,
-        default=os.environ.get("IB_ENGINE_SCRAPE_ANNOTATIONS", "true") != "false",
-        help="prometheus.io/* annotations on the engine pods, for annotation discovery; --no-engine-scrape-annotations "
-        "where a PodMonitor scrapes them, so no pod is scraped twice (default on; env IB_ENGINE_SCRAPE_ANNOTATIONS)",
-    )
-    images.add_arguments(parser, os.environ)
+    config.add_arguments(parser, os.environ)
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
 
@@ -64,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from inference_backend.controller import handlers  # noqa: F401  (registers the handlers)
 
     try:
-        policy = images.from_args(args)
+        cfg = config.from_args(args)
     except images.ImagePolicyError as exc:  # refuse to start rather than render images nobody can pull
         print(f"inference-backend operator: invalid image policy: {exc}", file=sys.stderr)
         return 2
@@ -72,15 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port)
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
-    os.environ["IB_UNSCHEDULABLE_GRACE_SECONDS"] = str(args.unschedulable_grace_seconds)  # read at startup
-    os.environ["IB_PROMETHEUS_ADDRESS"] = args.prometheus_address
-    os.environ["IB_AUTOSCALING_LABEL_MATCHERS"] = args.autoscaling_label_matchers
-    os.environ["IB_ENGINE_SCRAPE_ANNOTATIONS"] = "true" if args.engine_scrape_annotations else "false"
-    os.environ[images.REGISTRY_ENV] = policy.registry or ""
-    os.environ[images.OVERRIDES_ENV] = args.image_overrides
-    os.environ[images.PULL_SECRETS_ENV] = ",".join(policy.pull_secrets)
-    if not policy.empty:
-        logging.getLogger(__name__).info("image policy: %s", images.rendered_images(policy))
+    if not cfg.image_policy.empty:
+        logging.getLogger(__name__).info("image policy: %s", images.rendered_images(cfg.image_policy))
     priority = args.priority if args.priority is not None else secrets.randbelow(2**31 - 1) + 1
     logging.getLogger(__name__).info("peering %s with priority %d", args.peering or "(standalone)", priority)
     kopf.run(
@@ -90,5 +56,6 @@ def run(args: argparse.Namespace) -> int:
         standalone=args.peering is None,
         liveness_endpoint=liveness,
         priority=priority,
+        memo=kopf.Memo(config=cfg),
     )
     return 0

@@ -24,15 +24,18 @@ from typing import Any, cast
 
 from lightkube import AsyncClient
 
-from inference_backend import autoscaling, images, status
+from inference_backend import status
 from inference_backend.capacity import GpuLedger
-from inference_backend.controller import metrics
-from inference_backend.controller.kube import Kube, describe_error
+from inference_backend.controller import config as configuration
+from inference_backend.controller import events, metrics
+from inference_backend.controller.config import Config
+from inference_backend.controller.execute import ReconcileFailure, post, write_status
+from inference_backend.controller.kube import Kube, Writer, describe_error
 from inference_backend.controller.nodewatch import NodeClasses
-from inference_backend.controller.reconcile import Outcome, Recent, ReconcileFailure
+from inference_backend.controller.reconcile import Outcome
 from inference_backend.controller.reconcile import reconcile as reconcile_one
 from inference_backend.controller.workqueue import WorkQueue
-from inference_backend.controller.world import UNSCHEDULABLE_GRACE, Child, World, child_signature
+from inference_backend.controller.world import Child, Recent, World, child_signature
 from inference_backend.pods import PodProblem, owner, summarize
 from inference_backend.vocabulary import APPLIED_HASH
 
@@ -89,15 +92,12 @@ class Children(Mapping[tuple[str, str, str], Child]):
 
 
 class OperatorState:
-    def __init__(self, indexes: Indexes, *, kube: Kube | None = None, workers: int = 8, debounce: float = 1.0,
-                 unschedulable_grace: float = UNSCHEDULABLE_GRACE,
-                 scaling: autoscaling.Settings = autoscaling.DEFAULT,
-                 image_policy: images.Policy = images.EMPTY) -> None:  # fmt: skip
+    def __init__(
+        self, indexes: Indexes, config: Config = configuration.DEFAULT, *, writer: Writer | None = None
+    ) -> None:
         self.indexes = indexes
-        self.image_policy = image_policy
-        self.unschedulable_grace = unschedulable_grace
-        self.scaling = scaling
-        self.kube = kube or Kube()
+        self.config = config
+        self.writer: Writer = writer or Kube()
         self.recent = Recent()
         self.nodes = NodeClasses()
         self.gpus = GpuLedger()
@@ -119,8 +119,6 @@ class OperatorState:
         self.indexed = asyncio.Event()
         """Set by the first resource handler: kopf runs none before every index has its initial listing."""
         self.queue: WorkQueue[Key] = WorkQueue()
-        self.workers = workers
-        self.debounce = debounce
         self.pass_seconds: dict[str, float] = {}
         self._passes: dict[str, tuple[float, set[Key]]] = {}
         """Passes in flight: pass namespace -> (started, backends not yet reconciled)."""
@@ -135,7 +133,7 @@ class OperatorState:
         self._tasks.append(loop.create_task(watch, name="node watch"))
         slices = self.nodes.run_slices(AsyncClient(), self.on_nodes_changed, on_added=self.wake_waiting)
         self._tasks.append(loop.create_task(slices, name="ResourceSlice watch"))
-        self.queue.run(self.process, self.workers)
+        self.queue.run(self.process, self.config.workers)
 
     @property
     def tasks(self) -> tuple[asyncio.Task[None], ...]:
@@ -147,7 +145,7 @@ class OperatorState:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.queue.shutdown()
-        await self.kube.close()
+        await self.writer.close()
 
     # -- triggers ------------------------------------------------------------------------------------------------
     def on_nodes_changed(self) -> None:
@@ -156,7 +154,7 @@ class OperatorState:
     def reconcile_all_soon(self, trigger: str, namespace: str = ALL) -> None:
         """One pass over every InferenceBackend (of ``namespace``) after the debounce; triggers meanwhile fold
         into it (the queue keeps one delayed pass key per namespace)."""
-        delay = max(self.debounce, PASS_DUTY * self.pass_seconds.get(namespace, 0.0))
+        delay = max(self.config.debounce, PASS_DUTY * self.pass_seconds.get(namespace, 0.0))
         self.queue.add_after((ALL, namespace), delay, trigger)
 
     def wake_waiting(self, trigger: str = "capacity") -> None:
@@ -231,9 +229,16 @@ class OperatorState:
         ix = self.indexes
         children = Children(ix.deployments, ix.lws, ix.services, ix.pdbs)
         version = (self.nodes.version, self.models_version)
-        return World(grouped, ix.models, children, version=version, grouped=grouped, ledger=self.gpus, pods=ix.pods,
-                     unschedulable_grace=self.unschedulable_grace, scaling=self.scaling,
-                     image_policy=self.image_policy)  # fmt: skip
+        return World(
+            grouped,
+            ix.models,
+            children,
+            version=version,
+            grouped=grouped,
+            ledger=self.gpus,
+            pods=ix.pods,
+            config=self.config,
+        )
 
     async def process(self, key: Key, trigger: str) -> None:
         await self.nodes.ready.wait()  # the first node listing is in
@@ -271,9 +276,9 @@ class OperatorState:
         generation = int(body["metadata"].get("generation") or 1)
         if trigger == "modified" and self.failing.get(key) == generation:
             return  # most likely the echo of our own failure status: the backoff's retry comes in its time
-        before = _placement(self.recent.statuses.get(key) or body.get("status") or {})
+        before = events.placement(self.recent.statuses.get(key) or body.get("status") or {})
         try:
-            outcome = await reconcile_one(body, self.world(), self.kube, trigger, self.recent)
+            outcome = await reconcile_one(body, self.world(), self.writer, trigger, self.recent)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # API errors, timeouts, planning bugs: retried with backoff, never a crash loop
@@ -290,7 +295,7 @@ class OperatorState:
             self.waiting.discard(key)
         if outcome.freed:
             self.wake_waiting()
-        await self._report(body, outcome, before)
+        await self._report(key, body, outcome, before)
 
     async def _failed(self, key: Key, body: Mapping[str, Any], generation: int, exc: Exception) -> None:
         """A failed reconcile: retried with the key's capped, jittered backoff; the status's Reconciled condition
@@ -302,70 +307,43 @@ class OperatorState:
         attempt = self.queue.backoff.retries(key)
         self.failing[key] = generation
         log.warning("reconcile of %s/%s failed (%s); retry %d in %.0f s", *key, failure.message, attempt, delay)
-        if attempt == 1 or attempt % 10 == 0:  # the first failure, then every tenth: Events stay bounded
-            message = f"{failure.message}; retry {attempt} in {delay:.0f} s"
-            await self.kube.event(dict(body), "Warning", failure.reason, message)
+        await post(self.writer, body, events.failed(failure.reason, failure.message, attempt, delay))
         previous = self.recent.previous_status(
             key, {k: v for k, v in (body.get("status") or {}).items() if k != "kopf"}
         )
-        new = status.failed(previous, generation=generation, reason=failure.reason, message=failure.message,
-                            now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))  # fmt: skip
-        metrics.BACKENDS.observe(*key, new.get("phase"), _ttft_millis(body))
-        if not status.changed(previous, new):
-            return
-        try:
-            await self.kube.patch_status(*key, {**{k: None for k in previous if k not in new}, **new})
-        except Exception as write_exc:  # the API server is down or refuses us: the Event and the log say it
-            log.warning("status of %s/%s not written: %s", *key, describe_error(write_exc))
-            return
-        self.recent.statuses[key] = new
-
-    async def _report(self, body: Mapping[str, Any], outcome: Outcome, before: tuple[Any, ...]) -> None:
-        await self._report_pods(body, outcome)
-        if not outcome.status_written:
-            return
-        d = outcome.decision
-        if outcome.error:
-            await self.kube.event(dict(body), "Warning", "InvalidSpec", outcome.error)
-        elif outcome.waiting is not None and d is not None:
-            per_replica = d.placement.gpus_per_replica if d.placement else 0
-            message = outcome.waiting.message(outcome.status.get("replicas") or 0, per_replica)
-            await self.kube.event(dict(body), "Warning", "InsufficientCapacity", message)
-        elif d is not None and not d.satisfiable:
-            await self.kube.event(dict(body), "Warning", "Unsatisfiable", d.reasons[-1])
-        elif d is not None and _placement(outcome.status) != before:
-            where = d.placement.describe() if d.placement else ""
-            message = f"{d.backend} on {where}; {outcome.applied} object(s) applied"
-            await self.kube.event(dict(body), "Normal", "Selected", message)
-
-    async def _report_pods(self, body: Mapping[str, Any], outcome: Outcome) -> None:
-        """A Warning Event for the worst pod problem the Ready condition shows, once per change of it."""
-        key = (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))
-        problem = outcome.pod_problem
-        ready: Mapping[str, Any] = next(
-            (c for c in outcome.status.get("conditions") or [] if c.get("type") == "Ready"), {}
+        new = status.failed(
+            previous,
+            generation=generation,
+            reason=failure.reason,
+            message=failure.message,
+            now=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
-        if problem is None or ready.get("reason") != problem.reason:
-            self.pod_warned.pop(key, None)  # gone, or not shown: a return of it is a change
+        metrics.BACKENDS.observe(*key, new.get("phase"), _ttft_millis(body))
+        try:
+            written = await write_status(self.writer, key, previous, new)
+        except ReconcileFailure as write_failure:  # the API server is down or refuses us: the Event and the log say it
+            log.warning("status of %s/%s not written: %s", *key, write_failure.message)
             return
-        if self.pod_warned.get(key) == problem:
-            return
-        self.pod_warned[key] = problem
-        if not outcome.status_written:  # the status shows it already (posted before a restart of the operator)
-            return
-        await self.kube.event(dict(body), "Warning", problem.reason, problem.message)
+        if written:
+            self.recent.statuses[key] = new
+
+    async def _report(self, key: Key, body: Mapping[str, Any], outcome: Outcome, before: tuple[Any, ...]) -> None:
+        """The Events of a reconcile: the worst pod problem once per change, then what the status write says."""
+        posted, warned = events.pod(
+            outcome.pod_problem, outcome.status, self.pod_warned.get(key), outcome.status_written
+        )
+        if warned is None:
+            self.pod_warned.pop(key, None)
+        else:
+            self.pod_warned[key] = warned
+        if outcome.status_written:
+            posted += events.reconciled(
+                outcome.decision, outcome.error, outcome.waiting, outcome.applied, outcome.status, before
+            )
+        await post(self.writer, body, posted)
 
 
 def _ttft_millis(body: Mapping[str, Any]) -> int | None:
     """spec.objectives.ttftMillis as the API server stored it (a positive integer, or absent)."""
     value = ((body.get("spec") or {}).get("objectives") or {}).get("ttftMillis")
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _placement(status: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What the Selected Event reports a change of: the engine, the devices, and whether it is applied (a backend
-    that waited for capacity or a CRD keeps its decision in the status, and its placement is news when it lands)."""
-    placement = (status.get("decision") or {}).get("placement") or {}
-    ready: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-    held = ready.get("reason") in ("InsufficientCapacity", "CRDMissing")
-    return (status.get("backend"), placement.get("gpuProduct"), placement.get("gpusPerReplica"), held)

@@ -1,5 +1,6 @@
-"""The read model of a reconcile: what kopf's indexes know of the children (:class:`Child`), and the read-only
-views over them, the node classes, the Models and the pods (:class:`World`). Nothing here calls the API.
+"""The read model of a reconcile: what kopf's indexes know of the children (:class:`Child`), the read-only views
+over them, the node classes, the Models and the pods (:class:`World`), and what this process wrote lately
+(:class:`Recent`). Nothing here calls the API.
 """
 
 from __future__ import annotations
@@ -10,17 +11,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from inference_backend import autoscaling, images, status
+from inference_backend import status
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger
+from inference_backend.controller.config import DEFAULT, Config
 from inference_backend.facts import SELECTOR_KEYS, HardwareClass, Pool, is_device_resource, pod_pool
 from inference_backend.pods import PodSummary
 from inference_backend.rollout import Live
 from inference_backend.vocabulary import DRA_POOL_ANNOTATION, SPEC_HASH
-
-UNSCHEDULABLE_GRACE = 300.0
-"""The default grace period (the operator's --unschedulable-grace-seconds): five minutes covers a cluster
-autoscaler adding a node (typically 1-3 minutes for a GPU node) before the backend moves elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -66,11 +64,17 @@ def slim_child(kind: str, spec: dict[str, Any], st: dict[str, Any]) -> dict[str,
     containers = [{"resources": {"limits": {r: n for r, n in lim.items() if is_device_resource(r)}}} for lim in limits]
     annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
     kept = {k: annotations[k] for k in (DRA_POOL_ANNOTATION,) if k in annotations}  # a DRA placement's pool
-    template = {"metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH), **kept}},
-                "spec": {"nodeSelector": selector, "containers": containers}}  # fmt: skip
+    template = {
+        "metadata": {"annotations": {SPEC_HASH: annotations.get(SPEC_HASH), **kept}},
+        "spec": {"nodeSelector": selector, "containers": containers},
+    }
     conditions = [{k: c.get(k) for k in ("type", "status", "reason")} for c in st.get("conditions") or []]
-    status = {"readyReplicas": st.get("readyReplicas"), "conditions": conditions,
-              "replicas": st.get("replicas"), "updatedReplicas": st.get("updatedReplicas")}  # fmt: skip
+    status = {
+        "readyReplicas": st.get("readyReplicas"),
+        "conditions": conditions,
+        "replicas": st.get("replicas"),
+        "updatedReplicas": st.get("updatedReplicas"),
+    }
     out_spec = {"replicas": spec.get("replicas", 1), "template": template, "strategy": spec.get("strategy")}
     if kind == "LeaderWorkerSet":
         out_spec["size"] = size
@@ -108,14 +112,10 @@ class World:
     ``children`` on every reconcile."""
     pods: Mapping[tuple[str, str], Iterable[PodSummary]] = field(default_factory=dict)
     """(namespace, InferenceBackend) -> the slim summaries of its pods (the pods index)."""
-    unschedulable_grace: float = UNSCHEDULABLE_GRACE
-    """Seconds every pod of a placement may stay unschedulable (for want of nodes, not volumes) before the placement
-    is selected again elsewhere."""
+    config: Config = DEFAULT
+    """The operator's configuration (the unschedulable grace period, autoscaling settings, image policy)."""
     clock: Callable[[], float] = time.time
-    scaling: autoscaling.Settings = autoscaling.DEFAULT
-    """The Prometheus the ScaledObjects of spec.autoscaling query, and how they select a backend's series."""
-    image_policy: images.Policy = images.EMPTY
-    """The registry mirror, image overrides and pull secrets applied to every rendered pod template."""
+    """Wall-clock seconds (compared with the pods' timestamps)."""
 
     def cluster(self) -> dict[HardwareClass, tuple[str, ...]]:
         if self.grouped is not None:
@@ -138,3 +138,30 @@ class World:
             pool, gpus = child.gpus
             used[pool] = used.get(pool, 0) + gpus
         return {pool: gpus for pool, gpus in used.items() if gpus}
+
+
+@dataclass
+class Recent:
+    """What this process wrote lately. The indexes are fed by watches and lag our own writes by milliseconds; until
+    they catch up, our last writes are trusted, so concurrent triggers do not write the same thing twice. Only the
+    leader writes, so our last status write is the newest status there is. Times are time.monotonic()."""
+
+    ttl: float = 15.0
+    applied: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    missing: dict[tuple[str, str, str], tuple[str, float]] = field(default_factory=dict)
+    """Children the API server refused for want of their CRD, tried again later (a ScaledObject without KEDA): (the
+    message, when)."""
+    statuses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    plans: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """The last plan of each backend (controller.plan.Plan), reused while its inputs are unchanged."""
+
+    def applied_lately(self, key: tuple[str, str, str], wanted: str, now: float) -> bool:
+        entry = self.applied.get(key)
+        return entry is not None and entry[0] == wanted and now - entry[1] < self.ttl
+
+    def previous_status(self, key: tuple[str, str], seen: dict[str, Any]) -> dict[str, Any]:
+        mine = self.statuses.get(key)
+        if mine is None or mine == seen:
+            self.statuses.pop(key, None)
+            return seen
+        return mine
