@@ -152,6 +152,8 @@ def test_every_child_render_emits_has_its_entry_and_every_entry_is_rendered() ->
     for path in sorted(Path(INPUTS).glob("*.yaml")):
         ib, decision = decide(path)
         assert isinstance(ib, InferenceBackend)
+        if not decision.satisfiable:
+            continue  # test_golden says so
         for obj in render_result(ib, decision).objects:
             seen.add(child_kind(obj, ib.metadata.name).kind)
     devices = [P.dra_node("dra-1"), P.nvidia_slice("dra-1")]
