@@ -35,6 +35,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv
 	$(PY) -m pytest -q tests --ignore=tests/contracts --ignore=tests/runners
