@@ -94,7 +94,7 @@ def test_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
     if card(d.backend).gpu_required:
         assert usable_gpu, "no GPU-only engine on a cluster without schedulable GPUs"
         assert p.accelerator == "gpu"
-    assert p.tensor_parallel_size == p.gpus_per_replica
+    assert p.tensor_parallel_size * p.pipeline_parallel == p.gpus_per_replica  # a replica across nodes: TP x PP
     if p.gpu is not None:
         assert p.gpus_per_replica >= 1 and p.gpu.count % p.tensor_parallel_size == 0
         assert p.tensor_parallel_size & (p.tensor_parallel_size - 1) == 0, "a power of two"
