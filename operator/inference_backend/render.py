@@ -326,24 +326,46 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
     spec = ib.spec
-    name = ib.metadata.name
-    namespace = ib.metadata.namespace or "default"
     engine = decision.backend
     decision = _named_claim(ib, decision)
     assert decision.placement is not None
-    c = ENGINES[engine](decision, spec, name)
+    c = ENGINES[engine](decision, spec, ib.metadata.name)
     lbl = labels(ib, engine)
-    on_gpu = decision.placement.gpu is not None
+    pod_annotations = _scrape_annotations(c) if scaling.scrape_annotations else {}
+    pod_spec = _pod_spec(ib, decision, c)
+    claim = _dra_claim(ib, decision, pod_spec, pod_annotations)
+    pod_spec = images.apply(pod_spec, image_policy)
+    template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
+    if decision.placement.multi_node:
+        multi = _multi_node(ib, decision, c, template, image_policy, claim)
+        if rollout is None:
+            return multi
+        return replace(multi, rollout=_choose(ib, decision, rollout, multi.spec_hash))
+    digest = spec_hash(template)
+    template["metadata"]["annotations"][SPEC_HASH] = digest
+    choice = _choose(ib, decision, rollout, digest) if rollout is not None else None
+    if choice is not None and choice.surge is not None:
+        surge = choice.surge
+    deployment = _deployment(ib, decision, template, surge, lbl)
+    objects: list[Json] = [*claim, *weights_claim(ib, decision, lbl), deployment,
+                           *_service_and_pdb(ib, c, lbl, selector_labels(ib))]  # fmt: skip
+    if spec.autoscaling is not None:
+        target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
+        objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
+    return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported, choice)
 
-    pod_annotations = (
-        {
-            SCRAPE_ANNOTATION: "true",
-            SCRAPE_PORT_ANNOTATION: str(c.metrics_port),
-            SCRAPE_PATH_ANNOTATION: c.metrics_path,
-        }
-        if scaling.scrape_annotations
-        else {}
-    )
+
+def _scrape_annotations(c: EngineContainer) -> Json:
+    """prometheus.io/* on the engine pods, for annotation discovery."""
+    return {
+        SCRAPE_ANNOTATION: "true",
+        SCRAPE_PORT_ANNOTATION: str(c.metrics_port),
+        SCRAPE_PATH_ANNOTATION: c.metrics_path,
+    }
+
+
+def _pod_spec(ib: InferenceBackend, decision: Decision, c: EngineContainer) -> Json:
+    """The engine pod's spec: placement, security, the hardened containers and their volumes, sized."""
     pod_spec: Json = {
         # No service-link env vars: a Service named e.g. "vllm" would inject VLLM_PORT=tcp://..., which vLLM
         # reads as its own setting, and TGI reads every flag from env (clap `env`).
@@ -360,7 +382,8 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     tolerations = _tolerations(ib, decision)
     if tolerations:
         pod_spec["tolerations"] = tolerations
-    caps = card(engine)
+    assert decision.backend is not None
+    caps = card(decision.backend)
     pod_spec["securityContext"] = _pod_security(caps.run_as_user)
     weights = _weights_quantity(decision)
     _check_cache(ib, decision, weights, pod_spec["securityContext"], c.volumes)
@@ -391,42 +414,30 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
                 **resources.get("requests", {}),
                 "ephemeral-storage": weights if held else SMALL_DISK,
             }
-    claim = _dra_claim(ib, decision, pod_spec, pod_annotations)
-    pod_spec = images.apply(pod_spec, image_policy)
-    template: Json = {"metadata": {"labels": dict(lbl), "annotations": pod_annotations}, "spec": pod_spec}
-    if decision.placement.multi_node:
-        multi = _multi_node(ib, decision, c, template, image_policy, claim)
-        if rollout is None:
-            return multi
-        return replace(multi, rollout=_choose(ib, decision, rollout, multi.spec_hash))
-    digest = spec_hash(template)
-    template["metadata"]["annotations"][SPEC_HASH] = digest
-    choice = _choose(ib, decision, rollout, digest) if rollout is not None else None
-    if choice is not None and choice.surge is not None:
-        surge = choice.surge
+    return pod_spec
 
+
+def _deployment(ib: InferenceBackend, decision: Decision, template: Json, surge: bool | None,
+                lbl: dict[str, str]) -> Json:  # fmt: skip
+    """The Deployment, complete: replicas (none with spec.autoscaling: the autoscaler owns them, the annotation says
+    so), the rollout strategy (``surge``: chosen by the operator; None renders spec.rollout as it can be offline)."""
+    spec = ib.spec
     deploy_spec: Json = {} if spec.autoscaling is not None else {"replicas": spec.replicas}
     deploy_spec["selector"] = {"matchLabels": selector_labels(ib)}
     if surge is None and spec.rollout.strategy != "auto":
         surge = spec.rollout.strategy == "surge"
-    if surge is None and on_gpu:
+    if surge is None and decision.placement is not None and decision.placement.gpu is not None:
         # Offline (no capacity known): a surge pod could sit Pending on a full GPU pool, so replace one at a time.
         # The operator decides auto from the pool's free devices when a rollout starts (rollout.py).
         surge = False
     if surge is not None:
         deploy_spec["strategy"] = strategy(surge)
     deploy_spec["template"] = template
-    names = object_names(ib)
-    meta: Json = {"name": names["Deployment"], "namespace": namespace, "labels": dict(lbl)}
+    namespace = ib.metadata.namespace or "default"
+    meta: Json = {"name": object_names(ib)["Deployment"], "namespace": namespace, "labels": dict(lbl)}
     if spec.autoscaling is not None:
         meta["annotations"] = {REPLICAS_OWNER: AUTOSCALER}
-    deployment: Json = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
-    objects: list[Json] = [*claim, *weights_claim(ib, decision, lbl), deployment,
-                           *_service_and_pdb(ib, c, lbl, selector_labels(ib))]  # fmt: skip
-    if spec.autoscaling is not None:
-        target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": names["Deployment"]}
-        objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
-    return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported, choice)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": deploy_spec}
 
 
 def _choose(ib: InferenceBackend, decision: Decision, ctx: Context, digest: str) -> Choice:
