@@ -18,9 +18,10 @@ GPUS = {
 }
 
 
-def node(name: str, cpu: str, memory: str, gpu: str | None = None, count: int = 0, gfd: bool = True) -> dict[str, Any]:
+def node(name: str, cpu: str, memory: str, gpu: str | None = None, count: int = 0, gfd: bool = True,
+         disk: str = "500Gi") -> dict[str, Any]:  # fmt: skip
     labels = {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name}
-    alloc: dict[str, str] = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "500Gi"}
+    alloc: dict[str, str] = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": disk}
     if gpu is not None:
         alloc["nvidia.com/gpu"] = str(count)
         if gfd:
@@ -58,8 +59,9 @@ def cpu_nodes(n: int) -> list[dict[str, Any]]:
 SETS = {
     "cpu-only.yaml": node_list(*cpu_nodes(3)),
     "h100x8.yaml": node_list(*[node(f"h100-{i}", "191", "1900Gi", "h100", 8) for i in (1, 2)], *cpu_nodes(1)),
-    # enough 8x H100 nodes for a 405B-class model over two nodes per replica (docs/multinode.md), two replicas
-    "h100x8-x4.yaml": node_list(*[node(f"h100-{i}", "191", "1900Gi", "h100", 8) for i in (1, 2, 3, 4)]),
+    # enough 8x H100 nodes for a 405B-class model over two nodes per replica (docs/multinode.md), two replicas; local
+    # NVMe as the kubelet's root filesystem (DGX H100, p5.48xlarge instance storage): every pod downloads 831 GiB
+    "h100x8-x4.yaml": node_list(*[node(f"h100-{i}", "191", "1900Gi", "h100", 8, disk="28Ti") for i in (1, 2, 3, 4)]),
     "l4.yaml": node_list(*[node(f"l4-{i}", "15", "60Gi", "l4", 1) for i in (1, 2, 3)], *cpu_nodes(1)),
     "gpu-nolabels.yaml": node_list(node("gpu-nolabels-1", "31", "120Gi", "l4", 1, gfd=False), *cpu_nodes(1)),
     "mixed.yaml": node_list(
