@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from ib_testkit import ROOT
-from ib_testkit.factories import MODELS, node
+from ib_testkit.factories import MODELS, backend, node
 from ib_testkit.writer import FakeWriter
 from inference_backend import autoscaling
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
@@ -299,9 +299,7 @@ def _NotFound() -> Exception:
 
 
 def _body(sp: dict[str, Any], status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": "chat", "namespace": "ns", "uid": "u-1", "generation": generation},
-            "spec": sp, "status": status or {}}  # fmt: skip
+    return backend("chat", sp, status, generation=generation, uid="u-1")
 
 
 def _world(children: dict[tuple[str, str, str], Child] | None = None, ledger: GpuLedger | None = None) -> World:

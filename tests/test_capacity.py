@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ib_testkit.factories import MODELS, node
+from ib_testkit.factories import MODELS, backend, node
 from ib_testkit.writer import FakeWriter
 from inference_backend.capacity import GpuLedger
 from inference_backend.controller.reconcile import reconcile
@@ -23,13 +23,7 @@ def gfd(product: str) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def body(name: str, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.inferencebackend.io/v1alpha1",
-        "kind": "InferenceBackend",
-        "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "generation": 1},
-        "spec": spec or SPEC,
-        "status": status or {},
-    }
+    return backend(name, spec or SPEC, status)
 
 
 def world(nodes: list[dict[str, Any]], ledger: GpuLedger, children: dict[Any, Child] | None = None) -> World:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-from ib_testkit.factories import MODELS, node
+from ib_testkit.factories import MODELS, backend, node
 from ib_testkit.writer import FakeWriter
 from inference_backend.api.model import ModelSpec
 from inference_backend.capacity import GpuLedger
@@ -52,13 +52,7 @@ def _not_found(namespace: str, name: str, as_json: bool = False) -> Exception:
 
 
 def body(spec: dict[str, Any], status: dict[str, Any] | None = None, name: str = "big") -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.inferencebackend.io/v1alpha1",
-        "kind": "InferenceBackend",
-        "metadata": {"name": name, "namespace": "ns", "uid": "u-1", "generation": 1},
-        "spec": spec,
-        "status": status or {},
-    }
+    return backend(name, spec, status, uid="u-1")
 
 
 def h100s(n: int) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import asyncio
 import random
 from typing import Any
 
-from ib_testkit.factories import MODELS, node
+from ib_testkit.factories import MODELS, backend, node
 from ib_testkit.writer import FakeWriter
 from inference_backend.capacity import GpuLedger
 from inference_backend.controller.reconcile import reconcile
@@ -20,13 +20,7 @@ from inference_backend.vocabulary import APPLIED_HASH
 
 
 def body(spec: dict[str, Any], generation: int = 1, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.inferencebackend.io/v1alpha1",
-        "kind": "InferenceBackend",
-        "metadata": {"name": "chat", "namespace": "ns", "uid": "u-1", "generation": generation},
-        "spec": spec,
-        "status": status or {},
-    }
+    return backend("chat", spec, status, generation=generation, uid="u-1")
 
 
 def world(children: dict[tuple[str, str, str], Child] | None = None) -> World:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ib_testkit.factories import MODELS, node
+from ib_testkit.factories import MODELS, backend, node
 from ib_testkit.writer import FakeWriter
 from inference_backend.controller.config import Config
 from inference_backend.controller.reconcile import Outcome, reconcile
@@ -59,9 +59,7 @@ SPEC = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"gpuProducts": ["NVI
 
 
 def body(st: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": "chat", "namespace": "ns", "uid": "u-1", "generation": 1},
-            "spec": SPEC, "status": st or {}}  # fmt: skip
+    return backend("chat", SPEC, st, uid="u-1")
 
 
 def children(applied: list[dict[str, Any]]) -> dict[tuple[str, str, str], Child]:

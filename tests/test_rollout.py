@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from ib_testkit.factories import MODELS, node
+from ib_testkit.factories import MODELS, backend, node
 from ib_testkit.writer import FakeWriter
 from inference_backend.api import InferenceBackend
 from inference_backend.capacity import GpuLedger
@@ -25,9 +25,7 @@ A10G = ("nvidia.com/gpu", (("nvidia.com/gpu.product", "NVIDIA-A10G"),))
 
 
 def body(name: str, spec: dict[str, Any], status: dict[str, Any] | None = None, generation: int = 1) -> dict[str, Any]:
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "generation": generation},
-            "spec": spec, "status": status or {}}  # fmt: skip
+    return backend(name, spec, status, generation=generation)
 
 
 def live(obj: dict[str, Any], *, total: int | None = None, updated: int | None = None) -> Child:
