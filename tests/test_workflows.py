@@ -176,7 +176,9 @@ def test_release_builds_each_runner_image_for_the_architectures_its_card_declare
 
     include = _workflow("release.yaml")["jobs"]["images"]["strategy"]["matrix"]["include"]
     built = {(e["image"], e["suffix"]): {p.removeprefix("linux/") for p in e["platforms"].split(",")} for e in include}
-    assert built[("operator", "")] == {"amd64", "arm64"}  # the fetch init container runs on every node
+    from inference_backend.engines.artifacts import OPERATOR_ARCHS
+
+    assert built[("operator", "")] == OPERATOR_ARCHS  # the fetch init container's image
     runners = (("pytorch-runner", "", pytorch.IMAGE), ("onnxruntime-server", "", onnxruntime.IMAGE),
                ("onnxruntime-server", "-cuda", onnxruntime.IMAGE_CUDA))  # fmt: skip
     for image, suffix, card_image in runners:

@@ -19,19 +19,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from inference_backend.engines import REGISTRY
-from inference_backend.engines.artifacts import OPERATOR_IMAGE
+from inference_backend.engines.artifacts import OPERATOR_ARCHS, OPERATOR_IMAGE
 from inference_backend.facts import tolerates
 from inference_backend.facts.nodes import Taint
 from inference_backend.quantity import parse_quantity
 
 Json = dict[str, Any]
-OPERATOR_PLATFORMS = frozenset({"amd64", "arm64"})
-"""The operator image (the fetch init container): .github/workflows/release.yaml builds linux/amd64,linux/arm64."""
 
 
 def platforms(image: str) -> frozenset[str] | None:
     if image == OPERATOR_IMAGE:
-        return OPERATOR_PLATFORMS
+        return OPERATOR_ARCHS
     for c in REGISTRY:
         if image in c.platforms:
             return c.platforms[image].archs

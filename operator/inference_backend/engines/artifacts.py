@@ -30,6 +30,9 @@ from inference_backend.decision import InvalidSpec, ResolvedModel, WeightsCache
 
 Json = dict[str, Any]
 OPERATOR_IMAGE = f"ghcr.io/inference-backend/operator:{__version__}"
+OPERATOR_ARCHS = frozenset({"amd64", "arm64"})
+"""The operator image's platforms (the fetch init containers run it): .github/workflows/release.yaml builds
+linux/amd64,linux/arm64."""
 MOUNTS = {"model": "/models", "draft": "/draft-models"}
 _FILE_SUFFIXES = (".gguf", ".onnx", ".safetensors", ".bin", ".pt", ".pth")
 # Keys of the credentials Secret, as documented on ModelSource.credentialsSecret (api/inferencebackend.py).

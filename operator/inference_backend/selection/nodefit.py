@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import InvalidSpec, ResolvedModel
 from inference_backend.engines import card
-from inference_backend.engines.artifacts import FETCH_REQUESTS, Artifact, draft_model, resolve
+from inference_backend.engines.artifacts import (
+    FETCH_REQUESTS,
+    OPERATOR_ARCHS,
+    OPERATOR_IMAGE,
+    Artifact,
+    draft_model,
+    resolve,
+)
 from inference_backend.facts import HardwareClass
 from inference_backend.memory import disk_bytes, weight_bytes
 from inference_backend.quantity import GIB, gib, parse_quantity
@@ -69,7 +76,7 @@ def has_init(engine: str, model: ResolvedModel, draft: ResolvedModel | None) -> 
     return any(art.init_containers for art, _ in _artifacts(engine, model, draft))
 
 
-def image_arch_miss(engine: str, spec: InferenceBackendSpec, usable: UsableClass) -> str | None:
+def image_arch_miss(engine: str, spec: InferenceBackendSpec, usable: UsableClass, fetch: bool = False) -> str | None:
     """Why ``engine``'s image for this class cannot run on its architecture; None when it can (or when
     spec.engine.image replaces the pinned image, whose platforms are unknown)."""
     if spec.engine.image:
@@ -88,6 +95,8 @@ def image_arch_miss(engine: str, spec: InferenceBackendSpec, usable: UsableClass
         if plat is not None and hw.arch not in plat.archs:
             return (f"{image} is built for {', '.join(sorted(plat.archs))} only ({plat.source}), not "
                     f"{hw.arch}")  # fmt: skip
+    if fetch and hw.arch not in OPERATOR_ARCHS:  # the fetch init container's image
+        return f"{OPERATOR_IMAGE} (the fetch step) is built for {', '.join(sorted(OPERATOR_ARCHS))} only, not {hw.arch}"
     return None
 
 
@@ -114,10 +123,11 @@ def engine_classes(engine: str, spec: InferenceBackendSpec, model: ResolvedModel
                    gpu: list[UsableClass], cpu: list[UsableClass]) -> Filtered:  # fmt: skip
     """The usable classes whose architecture the engine's image has and whose disk holds what the pod downloads."""
     need = pod_disk(engine, model, draft)
+    fetch = has_init(engine, model, draft)
     out = Filtered([], [], [], {})
     for kind, classes in (("gpu", gpu), ("cpu", cpu)):
         for u in classes:
-            why = image_arch_miss(engine, spec, u)
+            why = image_arch_miss(engine, spec, u, fetch)
             disk = None if why else disk_miss(need, u.hardware)
             if why or disk:
                 reason = why or str(disk)
