@@ -139,7 +139,10 @@ def inspect_path(path: str | Path, uri: str | None = None, name: str | None = No
                  namespace: str | None = None) -> Inspection:  # fmt: skip
     """Read the artifact at ``path`` into a Model. Raises InspectError naming the file on any problem."""
     path = Path(path)
-    facts = _detect(path)
+    try:
+        facts = _detect(path)
+    except (RecursionError, MemoryError, OverflowError) as exc:  # bounds should come first; never a traceback
+        raise InspectError(f"{path}: cannot be read within bounds ({type(exc).__name__})") from exc
     spec: dict[str, Any] = {"uri": uri or default_uri(path)}
     spec.update({k: facts.values[k] for k in FIELDS if k in facts.values})
     metadata: dict[str, Any] = {"name": name or default_name(path)}

@@ -13,14 +13,52 @@ class InspectError(ValueError):
     """The artifact cannot be read as a model: missing, corrupt or of an unknown format. The message names the file."""
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``; InspectError naming the file when it cannot be read or is not an object."""
+MAX_JSON_BYTES = 16 * 2**20
+"""config.json and other small JSON files (a config is a few KiB)."""
+MAX_JSON_ITEMS = 1_000_000
+MAX_INT_DIGITS = 40
+"""Integers in the JSON files read (a token id, a byte count) have a few digits; a 5,000-digit one is refused before
+Python converts it (beyond 4,300 digits it raises, below it the conversion is quadratic)."""
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def parse_json(raw: bytes, where: str, max_items: int = MAX_JSON_ITEMS) -> Any:
+    """JSON from ``raw`` with its size checked before anything is built: at most ``max_items`` values and containers
+    (bounded by counting the commas and brackets, strings' included), integers of at most MAX_INT_DIGITS digits, and
+    nesting no deeper than Python's recursion limit (about 1,000; a RecursionError is the refusal). InspectError
+    naming ``where`` otherwise."""
+    items = raw.count(b",") + raw.count(b"[") + raw.count(b"{")
+    if items > max_items:
+        raise InspectError(f"{where}: about {items} JSON values, more than the {max_items} read (refused unread)")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(raw, parse_int=_int)
+    except RecursionError as exc:
+        raise InspectError(f"{where}: JSON nested too deep to read") from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError, as is _int's refusal
+        raise InspectError(f"{where}: not valid JSON ({str(exc)[:200]})") from exc
+
+
+def read_bytes(path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path``, refused unread when larger than ``max_bytes``."""
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise InspectError(f"{path}: {size} bytes, more than the {max_bytes} read from a {path.name} (refused "
+                               "unread)")  # fmt: skip
+        return path.read_bytes()
     except OSError as exc:
         raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def read_json(path: Path, max_bytes: int = MAX_JSON_BYTES, max_items: int = MAX_JSON_ITEMS) -> dict[str, Any]:
+    """A JSON object from ``path``, bounded (``read_bytes``, ``parse_json``); InspectError naming the file when it
+    cannot be read, is too large or is not an object."""
+    doc = parse_json(read_bytes(path, max_bytes), str(path), max_items)
     if not isinstance(doc, dict):
         raise InspectError(f"{path}: not a JSON object")
     return doc

@@ -1,4 +1,5 @@
-"""A GGUF file's header: metadata keys and the tensor table, read with the ``gguf`` package (llama.cpp's gguf-py).
+"""A GGUF file's header: metadata keys and the tensor table, read by gguf_header.py (bounded, streaming; gguf-py
+gives the ggml type sizes and llama.cpp's file type names).
 
 Keys (llama.cpp gguf-py constants.py Keys): general.architecture (ARCH), general.file_type (a LlamaFileType),
 ARCH.block_count, ARCH.context_length, ARCH.embedding_length, ARCH.attention.head_count, .head_count_kv,
@@ -16,6 +17,7 @@ from inference_backend.api.common import GGUF_QUANTIZATIONS
 from inference_backend.modelinfo import tensors as tz
 from inference_backend.modelinfo.errors import InspectError, import_extra
 from inference_backend.modelinfo.facts import Facts
+from inference_backend.modelinfo.gguf_header import GGUFError, Header, read_header
 from inference_backend.modelinfo.vocab import vocab_hash
 
 # LlamaFileType names -> the Model's dtype, for the unquantized file types
@@ -23,29 +25,21 @@ _FILE_DTYPES = {"ALL_F32": "float32", "MOSTLY_F16": "float16", "MOSTLY_BF16": "b
 _FILE_QUANT = {"ALL_F32": "f32", "MOSTLY_F16": "f16", "MOSTLY_BF16": "bf16"}
 
 
-def _reader(path: Path) -> Any:
+def _reader(path: Path) -> Header:
     gguf = import_extra("gguf", path, "GGUF")
     try:
-        with path.open("rb") as f:
-            magic = f.read(4)
+        return read_header(path, {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()})
     except OSError as exc:
         raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if magic != b"GGUF":
-        raise InspectError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
-    try:
-        return gguf.GGUFReader(str(path), "r")
-    except Exception as exc:  # the reader raises ValueError, IndexError, struct/numpy errors on a corrupt header
-        raise InspectError(f"{path}: corrupt GGUF header ({type(exc).__name__}: {exc})") from exc
+    except GGUFError as exc:
+        text = str(exc)
+        if text.startswith("magic"):
+            raise InspectError(f"{path}: not a GGUF file ({text})") from exc
+        raise InspectError(f"{path}: corrupt GGUF header ({text})") from exc
 
 
-def _value(reader: Any, key: str) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        return None
-    try:
-        return field.contents()
-    except Exception as exc:  # a field whose parts do not decode
-        raise InspectError(f"corrupt GGUF metadata {key} ({type(exc).__name__}: {exc})") from exc
+def _value(reader: Header, key: str) -> Any:
+    return reader.fields.get(key)
 
 
 def _count(value: Any) -> int | None:
@@ -56,12 +50,14 @@ def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
-def _quantization(reader: Any, path: Path, facts: Facts) -> None:
+def _quantization(reader: Header, path: Path, facts: Facts) -> None:
     import gguf
 
     raw = _value(reader, "general.file_type")
     if raw is None:
         raise InspectError(f"{path}: no general.file_type in the GGUF header: set quantization in the Model by hand")
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise InspectError(f"{path}: general.file_type {raw!r:.40} is not an integer")
     try:
         name = gguf.LlamaFileType(int(raw)).name
     except ValueError as exc:
@@ -86,7 +82,7 @@ def inspect_gguf(path: Path) -> Facts:
     return facts
 
 
-def _read(reader: Any, path: Path, facts: Facts) -> None:
+def _read(reader: Header, path: Path, facts: Facts) -> None:
     facts.set("format", "gguf", "GGUF magic")
     arch = _value(reader, "general.architecture")
     if not isinstance(arch, str):
@@ -113,8 +109,8 @@ def _read(reader: Any, path: Path, facts: Facts) -> None:
     if facts.values.get("experts") in (None, 0, 1):
         facts.values.pop("experts", None)
         facts.values.pop("activeExpertsPerToken", None)
-    table = [tz.Tensor(t.name, tuple(int(d) for d in t.shape), t.tensor_type.name) for t in reader.tensors]
-    total = sum(int(t.n_elements) for t in reader.tensors)
+    table = [tz.Tensor(t.name, t.shape, str(t.type)) for t in reader.tensors]
+    total = sum(t.n_elements for t in reader.tensors)
     where = f"GGUF tensor table ({len(table)} tensors)"
     facts.set("parameters", tz.parameters_text(total), where)
     experts, active = facts.values.get("experts"), facts.values.get("activeExpertsPerToken")

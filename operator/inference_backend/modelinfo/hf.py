@@ -76,9 +76,9 @@ def _quantization(config: dict[str, Any], facts: Facts) -> tuple[str | None, int
     if not isinstance(qc, dict):
         return None, 4
     method = qc.get("quant_method")
-    if method not in QUANT_METHODS:
-        raise InspectError(f"{facts.path}/config.json: quantization_config.quant_method {method!r} is not one the "
-                           f"Model API knows ({', '.join(sorted(QUANT_METHODS))})")  # fmt: skip
+    if not isinstance(method, str) or method not in QUANT_METHODS:
+        raise InspectError(f"{facts.path}/config.json: quantization_config.quant_method {method!r:.60} is not one "
+                           f"the Model API knows ({', '.join(sorted(QUANT_METHODS))})")  # fmt: skip
     bits = qc.get("bits")
     if method == "bitsandbytes":
         bits = 4 if qc.get("load_in_4bit") else 8
@@ -88,15 +88,39 @@ def _quantization(config: dict[str, Any], facts: Facts) -> tuple[str | None, int
     return method, bits
 
 
+MAX_INDEX_BYTES = 64 * 2**20
+"""model.safetensors.index.json (DeepSeek-V3's, 91,000 tensors in 163 shards, is 9 MB)."""
+MAX_SHARDS = 100_000
+
+
+def shard_path(directory: Path, index_path: Path, name: object) -> Path:
+    """The shard an index names: a plain relative path inside ``directory`` (no absolute path, no ``..``, no empty
+    or ``.`` part, no backslash or NUL), else InspectError: an index naming ``../outside.safetensors`` or
+    ``/proc/self/environ`` is refused, not read. (A shard that is a symbolic link inside the directory is followed:
+    a Hugging Face cache snapshot links its files to ../../blobs.)"""
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts) or not isinstance(name, str):
+        raise InspectError(f"{index_path}: weight_map names {name!r:.80}, not a file inside {directory} (a relative "
+                           "path without '..')")  # fmt: skip
+    return directory.joinpath(*parts)
+
+
 def weight_files(directory: Path) -> tuple[list[Path], dict[str, Any] | None]:
     """The safetensors shards (all the index names, or every *.safetensors), and the index if there is one."""
     index_path = directory / INDEX
     if index_path.is_file():
-        index = read_json(index_path)
+        index = read_json(index_path, MAX_INDEX_BYTES)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise InspectError(f"{index_path}: no weight_map")
-        return [directory / name for name in sorted(set(map(str, weight_map.values())))], index
+        names = set()
+        for value in weight_map.values():
+            if not isinstance(value, str):
+                raise InspectError(f"{index_path}: weight_map values must be file names, found {value!r:.80}")
+            names.add(value)
+        if len(names) > MAX_SHARDS:
+            raise InspectError(f"{index_path}: {len(names)} shards, more than the {MAX_SHARDS} read")
+        return [shard_path(directory, index_path, n) for n in sorted(names)], index
     return sorted(directory.glob("*.safetensors")), None
 
 

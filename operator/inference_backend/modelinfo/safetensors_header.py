@@ -8,12 +8,11 @@ not add up (offsets past the end of the file, a byte count that is not shape x d
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from pathlib import Path
 
-from inference_backend.modelinfo.errors import InspectError
+from inference_backend.modelinfo.errors import InspectError, parse_json
 from inference_backend.modelinfo.tensors import Tensor
 
 # safetensors dtype -> (our dtype name, bytes per element; 0 for sub-byte types that are not size-checked)
@@ -25,6 +24,10 @@ DTYPES: dict[str, tuple[str, float]] = {
     "F4": ("int4", 0), "F6_E2M3": ("fp8", 0), "F6_E3M2": ("fp8", 0),
 }  # fmt: skip
 MAX_HEADER = 100 * 2**20  # the reference implementation refuses headers over 100 MB
+MAX_HEADER_ITEMS = 2_000_000
+"""JSON values in one header (about 7 per tensor: a shard of 5,000 tensors has 35,000): 300,000 tensors at most, and
+reading a 100 MB header allocates well under 1 GiB (it passed 1.28 GiB)."""
+MAX_DIMS = 16
 
 
 def read_header(path: Path) -> list[Tensor]:
@@ -37,15 +40,16 @@ def read_header(path: Path) -> list[Tensor]:
                 raise InspectError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
             (length,) = struct.unpack("<Q", head)
             if length > MAX_HEADER or 8 + length > size:
-                raise InspectError(f"{path}: corrupt safetensors header (declares {length} header bytes, file has "
-                                   f"{size})")  # fmt: skip
+                shown = f"{length} header bytes" if length <= size else "a header longer than the file"
+                raise InspectError(f"{path}: corrupt safetensors header (declares {shown}, file has {size} bytes; "
+                                   f"at most {MAX_HEADER} read)")  # fmt: skip
             raw = f.read(length)
     except OSError as exc:
         raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"{path}: corrupt safetensors header (not JSON: {exc})") from exc
+        header = parse_json(raw, f"{path}: corrupt safetensors header", MAX_HEADER_ITEMS)
+    except InspectError as exc:
+        raise InspectError(str(exc).replace("not valid JSON", "not JSON")) from exc
     if not isinstance(header, dict):
         raise InspectError(f"{path}: corrupt safetensors header (not a JSON object)")
     data_size = size - 8 - length
@@ -64,7 +68,7 @@ def _tensor(path: Path, name: str, entry: object, data_size: int) -> Tensor:
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if not (isinstance(dtype, str) and isinstance(shape, list) and isinstance(offsets, list) and len(offsets) == 2):
         raise bad
-    if not all(isinstance(d, int) and d >= 0 for d in [*shape, *offsets]):
+    if len(shape) > MAX_DIMS or not all(isinstance(d, int) and 0 <= d < 2**63 for d in [*shape, *offsets]):
         raise bad
     begin, end = offsets
     if dtype not in DTYPES:

@@ -16,6 +16,12 @@ from typing import Any
 
 from inference_backend.modelinfo.errors import InspectError, read_json
 
+MAX_TOKENIZER_BYTES = 64 * 2**20
+"""tokenizer.json is read whole: the largest published ones are about 33 MB (Gemma 3's 262,144 tokens)."""
+MAX_TOKENIZER_ITEMS = 4_000_000
+"""JSON values in it (Llama 3's 128,256 tokens and 280,147 merge pairs are about 700,000); with the size bound, what
+reading it may allocate stays under 1 GiB."""
+
 
 def vocab_hash(tokens: Sequence[str]) -> str:
     data = json.dumps(list(tokens), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -24,7 +30,7 @@ def vocab_hash(tokens: Sequence[str]) -> str:
 
 def tokenizer_json_tokens(path: Path) -> list[str]:
     """The token strings of a Hugging Face tokenizer.json in id order: the model's vocabulary plus added tokens."""
-    doc = read_json(path)
+    doc = read_json(path, MAX_TOKENIZER_BYTES, MAX_TOKENIZER_ITEMS)
     if not isinstance(doc.get("model"), dict):
         raise InspectError(f"{path}: not a tokenizer.json (no 'model' object)")
     by_id: dict[int, str] = {}
