@@ -87,8 +87,10 @@ class _Cursor:
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
-            raise GGUFError(f"{what} at offset {self.pos} needs {n} bytes, {self.size - self.pos} left in the file "
-                            f"(or its first {MAX_HEADER_BYTES} bytes, where the header must lie)")
+            raise GGUFError(
+                f"{what} at offset {self.pos} needs {n} bytes, {self.size - self.pos} left in the file "
+                f"(or its first {MAX_HEADER_BYTES} bytes, where the header must lie)"
+            )
 
     def scalar(self, kind: int, what: str) -> Any:
         fmt, size = _SCALARS[kind]
