@@ -188,3 +188,54 @@ def test_a_second_pod_waits_for_the_first(counted: S3Server, tmp_path: Path) -> 
     assert sum("completed by another pod" in t or "nothing to download" in t for t in texts) == 1, texts
     keys = [r.path for r in counted.object_gets()]
     assert sorted(keys) == sorted(set(keys)) and len(keys) == 9, keys
+
+
+def test_links_planted_in_the_cache_are_removed_never_followed(s3: str, tmp_path: Path) -> None:
+    """A .partial or .fetch.lock symlink planted in the cache made fetch write outside its directory."""
+    dest, outside = tmp_path / "cache", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_bytes(b"keep")
+    same_size = outside / "same-size"
+    same_size.write_bytes(b"y" * len(FILES["llama/config.json"]))
+    (dest / "model-00001.safetensors.partial").symlink_to(victim)
+    (dest / ".fetch.lock").symlink_to(outside / "lock")
+    (dest / ".fetch-complete.json.tmp").symlink_to(outside / "marker")
+    (dest / "tokenizer").symlink_to(outside)  # a directory on the way to tokenizer/tokenizer.json
+    (dest / "config.json").symlink_to(same_size)  # the right size, but a link: not "already complete"
+    out = io.StringIO()
+    files = fetch("s3://models/llama/", dest, out)
+    assert sorted(p.name for p in outside.iterdir()) == ["same-size", "victim"]
+    assert victim.read_bytes() == b"keep" and same_size.read_bytes() == b"y" * len(FILES["llama/config.json"])
+    for f in files:
+        assert not f.is_symlink() and f.resolve().is_relative_to(dest.resolve()), f
+    assert not (dest / "tokenizer").is_symlink()
+    assert (dest / "tokenizer/tokenizer.json").read_bytes() == FILES["llama/tokenizer/tokenizer.json"]
+    assert (dest / "config.json").read_bytes() == FILES["llama/config.json"]
+    assert "removed the symbolic link" in out.getvalue()
+
+
+def test_a_planted_marker_link_is_not_trusted(s3: str, tmp_path: Path) -> None:
+    dest, forged = tmp_path / "cache", tmp_path / "forged.json"
+    dest.mkdir()
+    forged.write_text('{"uri": "s3://models/llama/", "patterns": [], "files": ["../../etc/passwd"]}')
+    (dest / MARKER).symlink_to(forged)
+    files = fetch("s3://models/llama/", dest, io.StringIO())
+    assert {p.name for p in files} == {"config.json", "model-00001.safetensors", "tokenizer.json"}
+    assert not (dest / MARKER).is_symlink()
+
+
+def test_a_cache_directory_that_is_a_link_is_refused(s3: str, tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FetchError, match="without following links"):
+        fetch("s3://models/llama/", tmp_path / "cache", io.StringIO())
+
+
+@pytest.mark.parametrize("rel", ["../x", "a/../../x", "/etc/passwd", "a//b", "./a", "a/\x00"])
+def test_listed_keys_that_leave_the_directory_are_refused(rel: str) -> None:
+    from inference_backend.fetch import safe_parts
+
+    with pytest.raises(FetchError, match="not a relative path inside"):
+        safe_parts(rel)

@@ -69,7 +69,10 @@ def _render(tmp_path: Path, doc: Any, capsys: pytest.CaptureFixture[str]) -> tup
 @pytest.mark.parametrize(("cache", "model", "field", "message"), [
     ({"pvc": "c", "size": "1Gi"}, {}, "spec.model.cache.size", "cannot hold the weights"),
     ({"pvc": "c"}, {"uri": "pvc://weights/qwen"}, "spec.model.cache", "already on a volume"),
-    ({"hostPath": "/m"}, {"uri": "oci://registry.example/qwen:1"}, "spec.model.cache", "already on a volume"),
+    ({"hostPath": "/var/lib/inference-backend"}, {"uri": "oci://registry.example/qwen:1"}, "spec.model.cache",
+     "already on a volume"),
+    ({"hostPath": "/proc"}, {}, "spec.model.cache.hostPath", "not under a node path the operator allows"),
+    ({"hostPath": "/var/lib/inference-backend-x"}, {}, "spec.model.cache.hostPath", "not under a node path"),
 ])  # fmt: skip
 def test_render_refuses_what_a_cache_cannot_do(tmp_path: Path, capsys: pytest.CaptureFixture[str], cache: Any,
                                                model: Any, field: str, message: str) -> None:  # fmt: skip
@@ -96,7 +99,7 @@ def test_fetch_writes_into_the_cache_and_the_engine_mounts_it_read_only(
     rc, out, err = _render(tmp_path, _ib({"pvc": "model-cache"}), capsys)
     assert rc == 0, err
     pod = _pod(out)
-    key = cache_key("s3://models/qwen/")
+    key = cache_key("s3://models/qwen/", "default")
     init = pod["initContainers"][0]
     assert init["command"] == ["inference-backend", "fetch", "s3://models/qwen/", f"/weights-cache/{key}"]
     assert {"name": "weights-cache", "mountPath": "/weights-cache"} in init["volumeMounts"]
@@ -105,6 +108,21 @@ def test_fetch_writes_into_the_cache_and_the_engine_mounts_it_read_only(
     assert {"name": "weights-cache", "persistentVolumeClaim": {"claimName": "model-cache"}} in pod["volumes"]
     assert not any("emptyDir" in v and v["name"] == "model-weights" for v in pod["volumes"])
     assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch" and "fsGroup" in pod["securityContext"]
+
+
+def test_the_cache_key_holds_the_namespace_and_the_revision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The hostPath cache was keyed by URI only: a backend in one namespace could plant weights that another
+    namespace's backend then served."""
+    keys = {}
+    for ns in ("team-a", "team-b"):
+        doc = _ib({"hostPath": "/var/lib/inference-backend/models"})
+        doc["metadata"]["namespace"] = ns
+        rc, out, err = _render(tmp_path, doc, capsys)
+        assert rc == 0, err
+        keys[ns] = _pod(out)["initContainers"][0]["command"][3]
+    assert keys["team-a"] != keys["team-b"] and "team-a" in keys["team-a"]
+    assert cache_key("hf://o/r@v1", "a") != cache_key("hf://o/r@v2", "a") != cache_key("hf://o/r", "a")
+    assert cache_key("s3://b/m", "a") != cache_key("s3://b/m", "b")
 
 
 def test_cache_keys_are_distinct_and_valid_subpaths() -> None:
@@ -121,7 +139,7 @@ kind: InferenceBackend
 metadata: {name: drafted, namespace: default}
 spec:
   backend: pytorch
-  model: {modelRef: gpt-1b, cache: {hostPath: /var/cache/models}, credentialsSecret: s3-models}
+  model: {modelRef: gpt-1b, cache: {hostPath: /var/lib/inference-backend/models}, credentialsSecret: s3-models}
   hardware: {accelerator: cpu}
   speculativeDecoding: {draftModelRef: gpt-125m, numSpeculativeTokens: 4}
 ---
@@ -152,10 +170,13 @@ def test_a_draft_shares_the_targets_cache_in_its_own_directory(
     assert rc == 0, out.err
     pod = _pod(out.out)
     dests = {i["name"]: i["command"][3] for i in pod["initContainers"]}
-    assert dests == {"fetch-model": f"/weights-cache/{cache_key('s3://research-models/gpt-1b/')}",
-                     "fetch-draft": f"/weights-cache/{cache_key('s3://research-models/gpt-125m/')}"}  # fmt: skip
+    model, draft = (
+        cache_key("s3://research-models/gpt-1b/", "default"),
+        cache_key("s3://research-models/gpt-125m/", "default"),
+    )
+    assert dests == {"fetch-model": f"/weights-cache/{model}", "fetch-draft": f"/weights-cache/{draft}"}
     assert [v["name"] for v in pod["volumes"]].count("weights-cache") == 1
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["/models"]["readOnly"] and mounts["/draft-models"]["readOnly"]
-    assert mounts["/draft-models"]["subPath"] == cache_key("s3://research-models/gpt-125m/")
+    assert mounts["/draft-models"]["subPath"] == cache_key("s3://research-models/gpt-125m/", "default")
     assert "fsGroupChangePolicy" not in pod["securityContext"]  # hostPath: no ownership change by the kubelet

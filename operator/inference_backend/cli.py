@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 from inference_backend.api import InferenceBackend
 from inference_backend.bench.run import add_arguments as add_bench_arguments
+from inference_backend.controller.config import add_host_path_argument, host_paths
 from inference_backend.facts import duplicate_nodes, group_nodes
 from inference_backend.manifests import ManifestError, load, registry
 from inference_backend.selection import Decision, InvalidSpec, select
@@ -94,7 +96,7 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(format_text(ib.metadata.name, decision), file=sys.stderr)
             continue
         try:
-            result = render_result(ib, decision, scaling=scaling, image_policy=policy)
+            result = render_result(ib, decision, scaling=scaling, image_policy=policy, host_paths=host_paths(args))
         except InvalidSpec as exc:
             raise ManifestError(f"InferenceBackend {ib.metadata.name}: {exc}") from exc
         for note in result.unsupported:
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     from inference_backend import images
 
     images.add_arguments(ren)
+    add_host_path_argument(ren, os.environ)
     sel.set_defaults(func=cmd_select)
     ren.set_defaults(func=cmd_render)
     fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")

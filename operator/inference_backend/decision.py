@@ -40,6 +40,9 @@ class WeightsCache:
     size: str | int | None = None
     storage_class: str | None = None
     """The operator creates the claim (render.py weights_claim); ``claim`` is set to its name when rendering."""
+    namespace: str = ""
+    """The backend's namespace, set when rendering: part of each cache directory's name (artifacts.cache_key), so a
+    node path shared by every namespace never serves one namespace's download to another."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import fnmatch
 import json
 import os
 import posixpath
+import stat
 import sys
 import threading
 import time
@@ -60,6 +61,79 @@ _WEIGHT_PATTERNS: dict[str, tuple[str, ...]] = {
 
 class FetchError(RuntimeError):
     """The copy failed; the message says what and where."""
+
+
+# ---- writing inside DIR only: no path leaves it, no symbolic link is followed ---------------------------------
+# The cache volume is shared by the backend's pods, so what is in DIR may have been planted: every file is opened
+# relative to a directory descriptor with O_NOFOLLOW (openat semantics), and a symbolic link found where fetch writes
+# (a .partial, the lock, the marker, a directory on the way) is removed, never followed.
+
+_NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def safe_parts(rel: str) -> list[str]:
+    """The components of a relative path inside DIR; FetchError for an absolute path, ``..``, ``.`` or an empty
+    component (a listing's key ``a/../../x`` must not leave DIR)."""
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") or "\x00" in p for p in parts):
+        raise FetchError(f"{rel!r}: not a relative path inside the destination directory")
+    return parts
+
+
+def _unlink_link(dir_fd: int, name: str, out: TextIO | None) -> bool:
+    """Remove ``name`` if it is a symbolic link (never following it); whether it was one."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISLNK(st.st_mode):
+        return False
+    os.unlink(name, dir_fd=dir_fd)
+    if out is not None:
+        print(f"fetch: removed the symbolic link {name} planted where fetch writes (never followed)", file=out,
+              flush=True)  # fmt: skip
+    return True
+
+
+def open_dir(path: Path) -> int:
+    """A descriptor of the destination directory itself (created if missing; never a symbolic link)."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+    except OSError as exc:
+        raise FetchError(f"{path}: cannot open the destination directory without following links ({exc})") from exc
+
+
+def open_subdir(dir_fd: int, parts: Sequence[str], out: TextIO | None) -> int:
+    """A descriptor of ``parts`` under ``dir_fd``, each created if missing, none a followed link."""
+    fd = os.dup(dir_fd)
+    try:
+        for name in parts:
+            _unlink_link(fd, name, out)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=fd)
+            nxt = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(dir_fd: int, name: str, flags: int, out: TextIO | None, mode: int = 0o644) -> int:
+    """``os.open`` of ``name`` under ``dir_fd`` that never follows a link: one planted there is removed first."""
+    _unlink_link(dir_fd, name, out)
+    return os.open(name, flags | _NOFOLLOW, mode, dir_fd=dir_fd)
+
+
+def regular_size(dir_fd: int, name: str) -> int | None:
+    """The size of ``name`` when it is a regular file (not a link), else None."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def workers_from_env(value: int | None = None) -> int:
@@ -141,9 +215,9 @@ def _human(n: float) -> str:
 
 
 @contextlib.contextmanager
-def _locked(dest: Path, out: TextIO) -> Iterator[None]:
+def _locked(dest: Path, dir_fd: int, out: TextIO) -> Iterator[None]:
     """Hold DIR/.fetch.lock (fcntl.lockf: POSIX record locks, which NFS honours) while fetching into DIR."""
-    with open(dest / LOCK, "a+") as handle:
+    with os.fdopen(open_file(dir_fd, LOCK, os.O_RDWR | os.O_CREAT, out), "a+") as handle:
         try:
             fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -158,21 +232,28 @@ def _marker(uri: str, patterns: Sequence[str]) -> dict[str, Any]:
     return {"uri": uri, "patterns": list(patterns)}
 
 
-def _is_complete(dest: Path, marker: dict[str, Any]) -> bool:
+def _read_marker(dir_fd: int) -> Any:
+    """The marker's JSON, or None (missing, unreadable, or a link: a planted link is not trusted)."""
     try:
-        found = json.loads((dest / MARKER).read_text())
+        with os.fdopen(os.open(MARKER, os.O_RDONLY | _NOFOLLOW, dir_fd=dir_fd), "rb") as f:
+            return json.loads(f.read(2**20))
     except (OSError, ValueError):
-        return False
+        return None
+
+
+def _is_complete(dir_fd: int, marker: dict[str, Any]) -> bool:
+    found = _read_marker(dir_fd)
     return isinstance(found, dict) and {k: found.get(k) for k in marker} == marker
 
 
-def _write_marker(dest: Path, marker: dict[str, Any], files: list[Path]) -> None:
-    tmp = dest / (MARKER + ".tmp")
+def _write_marker(dest: Path, dir_fd: int, marker: dict[str, Any], files: list[Path]) -> None:
+    tmp = MARKER + ".tmp"
     body = marker | {"files": sorted(p.relative_to(dest).as_posix() for p in files), "completedAt": time.time()}
-    tmp.write_text(json.dumps(body, indent=1) + "\n")
-    with open(tmp, "rb") as f:
+    with os.fdopen(open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, None), "w") as f:
+        f.write(json.dumps(body, indent=1) + "\n")
+        f.flush()
         os.fsync(f.fileno())
-    tmp.replace(dest / MARKER)
+    os.replace(tmp, MARKER, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def fetch(uri: str, dest: str | Path, out: TextIO | None = None, *, fmt: str | None = None,
@@ -190,33 +271,43 @@ def fetch(uri: str, dest: str | Path, out: TextIO | None = None, *, fmt: str | N
         raise FetchError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     n = workers_from_env(workers)
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    dir_fd = open_dir(dest)
+    try:
+        return _fetch_into(uri, scheme, dest, dir_fd, out, fmt, include, n)
+    finally:
+        os.close(dir_fd)
+
+
+def _fetch_into(uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, fmt: str | None,
+                include: Sequence[str], n: int) -> list[Path]:  # fmt: skip
     marker = _marker(uri, [*include, *([f"format={fmt}"] if fmt else [])])
-    if _is_complete(dest, marker):
+    if _is_complete(dir_fd, marker):
         print(f"fetch {uri} -> {dest}: complete ({MARKER}), nothing to download", file=out, flush=True)
-        return _listed(dest)
-    with _locked(dest, out):
-        if _is_complete(dest, marker):  # another pod finished while this one waited for the lock
+        return _listed(dest, dir_fd)
+    with _locked(dest, dir_fd, out):
+        if _is_complete(dir_fd, marker):  # another pod finished while this one waited for the lock
             print(f"fetch {uri} -> {dest}: completed by another pod, nothing to download", file=out, flush=True)
-            return _listed(dest)
+            return _listed(dest, dir_fd)
         if scheme == "hf":
             files = _fetch_hf(uri, dest, out, fmt, include, n)
         else:
-            files = _fetch_fs(uri, scheme, dest, out, include, n)
-        _write_marker(dest, marker, files)
+            files = _fetch_fs(uri, scheme, dest, dir_fd, out, include, n)
+        _write_marker(dest, dir_fd, marker, files)
     print(f"fetch done: {len(files)} file(s) in {dest}", file=out, flush=True)
     return files
 
 
-def _listed(dest: Path) -> list[Path]:
-    found = json.loads((dest / MARKER).read_text()).get("files") or []
-    return [dest / str(rel) for rel in found]
+def _listed(dest: Path, dir_fd: int) -> list[Path]:
+    found = _read_marker(dir_fd)
+    names = found.get("files") if isinstance(found, dict) else None
+    return [dest.joinpath(*safe_parts(str(rel))) for rel in names or []]
 
 
 # ---- object stores: s3://, gs://, https:// ---------------------------------------------------------------------
 
 
-def _fetch_fs(uri: str, scheme: str, dest: Path, out: TextIO, include: Sequence[str], workers: int) -> list[Path]:
+def _fetch_fs(uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, include: Sequence[str],
+              workers: int) -> list[Path]:  # fmt: skip
     fs = _filesystem(scheme)
     try:
         plan = _plan(fs, uri, scheme, include)
@@ -232,36 +323,52 @@ def _fetch_fs(uri: str, scheme: str, dest: Path, out: TextIO, include: Sequence[
     progress = _Progress(out, len(plan), total)
     targets: list[Path] = []
     for remote, rel, _ in plan:
-        target = dest / rel
-        if not target.resolve().is_relative_to(dest.resolve()):
-            raise FetchError(f"{remote}: refusing to write outside {dest}")
-        targets.append(target)
+        try:
+            targets.append(dest.joinpath(*safe_parts(rel)))
+        except FetchError as exc:
+            raise FetchError(f"{remote}: refusing to write outside {dest} ({exc})") from exc
+    lock = threading.Lock()  # directories are made one at a time (two workers may share a parent)
 
     def one(item: tuple[tuple[str, str, int], Path]) -> None:
-        (remote, rel, size), target = item
-        if target.is_file() and target.stat().st_size == size:
-            progress.done(rel, size, skipped=True)
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
+        (remote, rel, size), _ = item
+        *parents, name = safe_parts(rel)
+        with lock:
+            fd = open_subdir(dir_fd, parents, out)
         try:
-            with fs.open(remote, "rb") as src, open(partial, "wb") as dst:
-                while chunk := src.read(CHUNK):
-                    dst.write(chunk)
-        except Exception as exc:
-            partial.unlink(missing_ok=True)
-            raise FetchError(f"{remote}: {type(exc).__name__}: {exc}") from exc
-        if partial.stat().st_size != size and size:
-            got = partial.stat().st_size
-            partial.unlink(missing_ok=True)
-            raise FetchError(f"{remote}: got {got} bytes, expected {size}")
-        partial.replace(target)
-        progress.done(rel, size)
+            _copy(fs, remote, fd, name, size, rel, out, progress)
+        finally:
+            os.close(fd)
 
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="fetch") as pool:
         # list() re-raises the first FetchError; the pool finishes (or fails) the downloads already started.
         list(pool.map(one, zip(plan, targets, strict=True)))
     return targets
+
+
+def _copy(fs: Any, remote: str, dir_fd: int, name: str, size: int, rel: str, out: TextIO,
+          progress: _Progress) -> None:  # fmt: skip
+    """One object into ``name`` under ``dir_fd`` through ``name.partial`` (created anew, never through a link)."""
+    if regular_size(dir_fd, name) == size:
+        progress.done(rel, size, skipped=True)
+        return
+    partial = name + ".partial"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(partial, dir_fd=dir_fd)  # a link or a leftover: removed, not followed
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=dir_fd)
+        with fs.open(remote, "rb") as src, os.fdopen(fd, "wb") as dst:
+            while chunk := src.read(CHUNK):
+                dst.write(chunk)
+    except Exception as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial, dir_fd=dir_fd)
+        raise FetchError(f"{remote}: {type(exc).__name__}: {exc}") from exc
+    got = regular_size(dir_fd, partial)
+    if got != size and size:
+        os.unlink(partial, dir_fd=dir_fd)
+        raise FetchError(f"{remote}: got {got} bytes, expected {size}")
+    os.replace(partial, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # replaces a link at name, never follows it
+    progress.done(rel, size)
 
 
 class _Progress:
@@ -339,6 +446,7 @@ def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Seque
             patterns = hf_allow_patterns(listing, fmt)
         print(f"fetch {uri} -> {dest}: snapshot of {repo}@{revision or 'main'}, files {patterns}, "
               f"{workers} at a time", file=out, flush=True)  # fmt: skip
+        remove_links(dest, out)  # huggingface_hub writes through paths: nothing in DIR may point elsewhere
         disable_progress_bars()  # one line per run in the pod's log, not a bar per file
         path = snapshot_download(repo, revision=revision, local_dir=dest, allow_patterns=patterns, token=token,
                                  endpoint=endpoint, max_workers=workers)  # fmt: skip
@@ -363,6 +471,23 @@ def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Seque
     total = sum(p.stat().st_size for p in files)
     print(f"fetch {uri}: {len(files)} file(s), {_human(total)}", file=out, flush=True)
     return files
+
+
+def remove_links(dest: Path, out: TextIO) -> int:
+    """Remove every symbolic link under ``dest`` (never following one), so that a writer that opens plain paths
+    (huggingface_hub's snapshot_download) cannot be led outside it; the number removed."""
+    removed = 0
+    stack = [dest]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    os.unlink(entry.path)
+                    removed += 1
+                    print(f"fetch: removed the symbolic link {entry.path} (never followed)", file=out, flush=True)
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+    return removed
 
 
 def _first_line(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -259,12 +260,28 @@ def weights_claim_name(name: str) -> str:
     return f"{name}-weights"
 
 
-def _named_claim(ib: InferenceBackend, decision: Decision) -> Decision:
-    """The decision with a storageClass cache's claim named (the pods mount the claim the operator creates)."""
+HOST_PATH_PREFIXES = ("/var/lib/inference-backend",)
+"""The node paths spec.model.cache.hostPath may name (itself or below), unless the operator is told others (the
+chart's modelCache.hostPathPrefixes): `hostPath: /proc` mounted the node's /proc into the fetch container."""
+
+
+def _resolved_cache(ib: InferenceBackend, decision: Decision, host_paths: Sequence[str]) -> Decision:
+    """The decision with its cache completed: the backend's namespace (part of the cache key), a storageClass
+    cache's claim named (the pods mount the claim the operator creates); a hostPath outside ``host_paths`` refused."""
     m = decision.model
-    if m is None or m.cache is None or m.cache.storage_class is None or m.cache.claim is not None:
+    if m is None or m.cache is None:
         return decision
-    cache = replace(m.cache, claim=weights_claim_name(ib.metadata.name))
+    path = m.cache.host_path
+    if path is not None and not any(path.rstrip("/") == p.rstrip("/") or path.startswith(p.rstrip("/") + "/")
+                                    for p in host_paths):  # fmt: skip
+        allowed = ", ".join(host_paths) or "none"
+        why = (
+            f"{path} is not under a node path the operator allows ({allowed}: chart value modelCache.hostPathPrefixes)"
+        )
+        raise InvalidSpec("spec.model.cache.hostPath", why)
+    cache = replace(m.cache, namespace=ib.metadata.namespace or "default")
+    if cache.storage_class is not None and cache.claim is None:
+        cache = replace(cache, claim=weights_claim_name(ib.metadata.name))
     return replace(decision, model=replace(m, cache=cache))
 
 
@@ -317,17 +334,19 @@ def selector_string(name: str) -> str:
 
 def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
                   scaling: autoscaling.Settings = autoscaling.DEFAULT,
-                  image_policy: images.Policy = images.EMPTY, rollout: Context | None = None) -> Rendered:  # fmt: skip
+                  image_policy: images.Policy = images.EMPTY, rollout: Context | None = None,
+                  host_paths: Sequence[str] = HOST_PATH_PREFIXES) -> Rendered:  # fmt: skip
     """Everything ``render`` returns, plus the engine container, the spec hash and the notes. With
     spec.autoscaling the Deployment has no replicas (the autoscaler owns them, its REPLICAS_OWNER annotation says
     so) and a KEDA ScaledObject follows. ``image_policy``: the operator's mirror, image overrides and pull secrets
     (images.py), applied to every pod template before its hash is taken. ``rollout``: the cluster the operator
-    sees, from which the rollout strategy is chosen once the template's hash is known (``Rendered.rollout``)."""
+    sees, from which the rollout strategy is chosen once the template's hash is known (``Rendered.rollout``).
+    ``host_paths``: the node paths a hostPath cache may name."""
     if decision.backend is None or decision.placement is None:
         raise ValueError(f"InferenceBackend {ib.metadata.name} is not satisfiable: nothing to render")
     spec = ib.spec
     engine = decision.backend
-    decision = _named_claim(ib, decision)
+    decision = _resolved_cache(ib, decision, host_paths)
     assert decision.placement is not None
     c = ENGINES[engine](decision, spec, ib.metadata.name)
     lbl = labels(ib, engine)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from inference_backend import autoscaling, images
+from inference_backend.render import HOST_PATH_PREFIXES
 
 UNSCHEDULABLE_GRACE = 300.0
 """The default grace period (--unschedulable-grace-seconds): five minutes covers a cluster autoscaler adding a node
@@ -35,6 +36,8 @@ class Config:
     """The Prometheus the ScaledObjects of spec.autoscaling query, and how they select a backend's series."""
     image_policy: images.Policy = images.EMPTY
     """The registry mirror, image overrides and pull secrets applied to every rendered pod template."""
+    host_paths: tuple[str, ...] = HOST_PATH_PREFIXES
+    """The node paths a spec.model.cache.hostPath may name (itself or below)."""
 
 
 DEFAULT = Config()
@@ -81,7 +84,29 @@ def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         help="prometheus.io/* annotations on the engine pods, for annotation discovery; --no-engine-scrape-annotations "
         "where a PodMonitor scrapes them, so no pod is scraped twice (default on; env IB_ENGINE_SCRAPE_ANNOTATIONS)",
     )
+    add_host_path_argument(parser, env)
     images.add_arguments(parser, env)
+
+
+def add_host_path_argument(parser: argparse.ArgumentParser, env: Mapping[str, str] | None = None) -> None:
+    """--host-path-prefix (repeatable; env IB_HOST_PATH_PREFIXES, comma-separated, as the chart sets it)."""
+    raw = (env or {}).get("IB_HOST_PATH_PREFIXES")
+    default = [p for p in raw.split(",") if p] if raw is not None else list(HOST_PATH_PREFIXES)
+    parser.add_argument(
+        "--host-path-prefix",
+        action="append",
+        dest="host_path_prefixes",
+        default=None,
+        metavar="PATH",
+        help="a node path spec.model.cache.hostPath may name, itself or below (repeatable; default "
+        f"{', '.join(HOST_PATH_PREFIXES)}; env IB_HOST_PATH_PREFIXES, comma-separated, empty: none)",
+    )
+    parser.set_defaults(host_path_default=tuple(default))
+
+
+def host_paths(args: argparse.Namespace) -> tuple[str, ...]:
+    given = getattr(args, "host_path_prefixes", None)
+    return tuple(given) if given is not None else tuple(getattr(args, "host_path_default", HOST_PATH_PREFIXES))
 
 
 def from_args(args: argparse.Namespace) -> Config:
@@ -96,4 +121,5 @@ def from_args(args: argparse.Namespace) -> Config:
             scrape_annotations=args.engine_scrape_annotations,
         ),
         image_policy=images.from_args(args),
+        host_paths=host_paths(args),
     )

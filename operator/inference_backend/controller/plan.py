@@ -134,6 +134,7 @@ def make(
             decision,
             scaling=cfg.scaling,
             image_policy=cfg.image_policy,
+            host_paths=cfg.host_paths,
             rollout=Context(world.cluster(), gpus, live),
         )
         scaler = autoscaling.describe(ib, decision.backend or "", cfg.scaling) if ib.spec.autoscaling else None

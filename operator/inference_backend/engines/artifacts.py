@@ -106,11 +106,15 @@ CACHE_VOLUME, CACHE_MOUNT = "weights-cache", "/weights-cache"
 """The spec.model.cache volume, and where the fetch init containers mount it (the engine mounts a subPath)."""
 
 
-def cache_key(uri: str) -> str:
-    """The cache directory of ``uri``: readable (scheme and path, lower-case, one dash for any other character) and
-    unique (a hash of the whole URI), at most 100 characters; a valid subPath (relative, no ``..``)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", uri.lower()).strip("-")[:80].rstrip("-")
-    return f"{slug}-{hashlib.sha256(uri.encode()).hexdigest()[:16]}"
+def cache_key(uri: str, namespace: str = "") -> str:
+    """The cache directory of ``uri`` for a backend in ``namespace``: readable (namespace, scheme and path,
+    lower-case, one dash for any other character) and unique (a hash of the namespace and the whole URI, its
+    @revision included), at most 100 characters; a valid subPath (relative, no ``..``). A node path (hostPath) is
+    shared by every namespace on the node: with the namespace in the key, a backend in one namespace cannot plant
+    weights that another namespace's backend then serves (docs/security.md)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{namespace}/{uri}".lower()).strip("-")[:80].rstrip("-")
+    digest = hashlib.sha256(f"{namespace}\n{uri}".encode()).hexdigest()[:16]
+    return f"{slug}-{digest}"
 
 
 def cache_volume(cache: WeightsCache) -> Json:
@@ -126,7 +130,8 @@ def _fetch(model: ResolvedModel, role: str, uri: str, scheme: str, field: str) -
     base = posixpath.basename(uri.split("?", 1)[0].rstrip("/"))
     local = f"{mount}/{base}" if base.endswith(_FILE_SUFFIXES) else mount
     cache = model.cache
-    dest = f"{CACHE_MOUNT}/{cache_key(uri)}" if cache is not None else mount
+    key = cache_key(uri, cache.namespace) if cache is not None else ""
+    dest = f"{CACHE_MOUNT}/{key}" if cache is not None else mount
     command = ["inference-backend", "fetch", uri, dest]
     if scheme == "hf" and model.format != "safetensors" and not base.endswith(_FILE_SUFFIXES):
         command += ["--format", model.format]  # fetch's default for a repository is safetensors (else .bin)
@@ -149,7 +154,7 @@ def _fetch(model: ResolvedModel, role: str, uri: str, scheme: str, field: str) -
             scheme=scheme,
             local_path=local,
             volumes=(cache_volume(cache),),
-            mounts=({"name": CACHE_VOLUME, "mountPath": mount, "subPath": cache_key(uri), "readOnly": True},),
+            mounts=({"name": CACHE_VOLUME, "mountPath": mount, "subPath": key, "readOnly": True},),
             init_containers=(init,),
         )
     init["volumeMounts"] = [{"name": volume, "mountPath": mount}]
