@@ -1,69 +1,107 @@
-"""The selection's TTFT and tokens/s estimates: measured rows at the real shape first, then the nearest measured
-quantization, then the scaled reference profile; the decision's reasons say which (issue 16 item 7)."""
+"""The selection's estimate at the stated load (selection/estimate.py, perf.py, workload.py): measured CPU rows,
+aiconfigurator tables for vLLM and SGLang on NVIDIA GPUs, the roofline elsewhere; the decision says which."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
-from ib_testkit.factories import cluster, node, spec
+from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.decision import Placement, ResolvedModel
 from inference_backend.engines import MeasuredRow, Profile, card
 from inference_backend.facts import HardwareClass
 from inference_backend.memory import QUANT_BYTES
-from inference_backend.selection import estimate as est
 from inference_backend.selection import select
+from inference_backend.selection.estimate import Replica, estimate
+from inference_backend.selection.workload import Device, Efficiency, Shape, Workload, predict
 
 REFERENCE = Profile(ttft_ms=210_000, tokens_per_second=0.6, memory_gib_per_7b=26, bytes_per_param=4.0,
                     provenance="measured: a 32M model scaled to 7B", reference_cores=2)  # fmt: skip
 Q8 = MeasuredRow(weights="q8_0", parameters=6_738_415_616, bytes_per_param=1.0625, cores=2, prompt_tokens=512,
-                 ttft_ms=69_000, tokens_per_second_1=2.3, tokens_per_second_8=2.5, peak_rss_gib=7.2,
+                 ttft_ms=69_000, tokens_per_second_1=2.3, tokens_per_second_8=4.0, peak_rss_gib=7.2,
                  provenance="measured: test row")  # fmt: skip
 CPU2 = Placement("cpu", HardwareClass(arch="amd64", cpu_millis=2000, memory_bytes=24 * 2**30), 1)
 CPU8 = dataclasses.replace(CPU2, hardware=dataclasses.replace(CPU2.hardware, cpu_millis=8000))
+H100 = node("h100-a", "h100", 8, cpu="192", memory="1900Gi")
 
 
 def _model(quantization: str = "none", parameters: int = Q8.parameters, dtype: str = "float16") -> ResolvedModel:
     return ResolvedModel(uri=None, format="gguf", parameters=parameters, dtype=dtype, quantization=quantization,
-                         context_length=4096, layers=32, kv_heads=32, head_dim=128, shape_source="test")  # fmt: skip
+                         context_length=4096, layers=32, kv_heads=32, head_dim=128, shape_source="test",
+                         attention_heads=32)  # fmt: skip
 
 
-def _weights(m: ResolvedModel) -> float:
-    return m.parameters * QUANT_BYTES[m.quantization]
+def _cpu(profile: Profile, m: ResolvedModel, placement: Placement, load: Workload, dtype: str = "float16") -> float:
+    weights = m.parameters * QUANT_BYTES.get(m.quantization, 4.0)
+    r = Replica("llamacpp", profile, weights, 2 * 32 * 32 * 128 * 2, dtype, 64, 0)
+    return estimate(r, placement, m, load).tokens_per_second
 
 
-def test_the_measured_row_in_the_models_format_gives_the_estimate() -> None:
+def test_the_measured_row_reproduces_its_own_figures_at_its_shape() -> None:
+    """At the row's shape, cores and loads the model gives back the row: TTFT of its prompt, tokens/s at 1 and 8."""
     profile = dataclasses.replace(REFERENCE, measured=(Q8,))
     m = _model("q8_0")
-    e = est.estimate(profile, "cpu", CPU2, m, _weights(m), "float16")
-    assert e.ttft_ms == pytest.approx(69_000)
-    assert e.tokens_per_second == pytest.approx(2.5 * 1.0625 / QUANT_BYTES["q8_0"], rel=1e-3)
-    assert e.how.startswith("measured row (6.7B q8_0, 2 cores") and "measured: test row" in e.how
-    # twice the parameters: twice the prefill, half the decode; four times the cores: a quarter and four times
-    m13 = _model("q8_0", parameters=2 * Q8.parameters)
-    e13 = est.estimate(profile, "cpu", CPU8, m13, _weights(m13), "float16")
-    assert e13.ttft_ms == pytest.approx(69_000 * 2 / 4)
-    assert e13.tokens_per_second == pytest.approx(e.tokens_per_second / 2 * 4, rel=1e-3)
+    r = Replica("llamacpp", profile, m.parameters * Q8.bytes_per_param, 2 * 32 * 32 * 128 * 2, "float16", 64)
+    one = estimate(r, CPU2, m, Workload(Q8.prompt_tokens, 1, concurrency=1))
+    assert one.ttft_ms == pytest.approx(Q8.ttft_ms, rel=0.05)
+    assert one.how.startswith("measured row (6.7B q8_0, 2 cores") and "measured: test row" in one.how
+    single = estimate(r, CPU2, m, Workload(8, 16, concurrency=1))
+    assert single.tpot_ms == pytest.approx(1000 / Q8.tokens_per_second_1, rel=0.05)
+    eight = estimate(r, CPU2, m, Workload(8, 16, concurrency=8))  # its wall time includes the 8 prompts' prefill
+    assert eight.tokens_per_second == pytest.approx(Q8.tokens_per_second_8, rel=0.25)
+    # four times the cores: prefill four times faster
+    four = estimate(r, CPU8, m, Workload(Q8.prompt_tokens, 1, concurrency=1))
+    assert four.ttft_ms == pytest.approx(Q8.ttft_ms / 4, rel=0.05)
 
 
-def test_another_quantization_takes_the_nearest_measured_quantized_row_for_prefill() -> None:
+def test_another_quantization_takes_the_nearest_measured_quantized_row() -> None:
     q4 = dataclasses.replace(Q8, weights="q4_k_m", bytes_per_param=0.61, ttft_ms=80_000, tokens_per_second_8=4.0)
     profile = dataclasses.replace(REFERENCE, measured=(Q8, q4))
     m = _model("q5_k_m")
-    e = est.estimate(profile, "cpu", CPU2, m, _weights(m), "float16")
-    assert e.ttft_ms == pytest.approx(80_000)  # q5_k_m (0.71 B/param) is nearer q4_k_m than q8_0
-    assert e.tokens_per_second == pytest.approx(4.0 * 0.61 / QUANT_BYTES["q5_k_m"], rel=1e-3)
-    assert e.how.startswith("nearest measured quantization: the 6.7B q4_k_m") and "no q5_k_m row" in e.how
+    r = Replica("llamacpp", profile, m.parameters * QUANT_BYTES["q5_k_m"], 2 * 32 * 32 * 128 * 2, "float16", 64)
+    e = estimate(r, CPU2, m, Workload(512, 1, concurrency=1))
+    assert e.ttft_ms == pytest.approx(80_000, rel=0.05)  # q5_k_m (0.71 B/param) is nearer q4_k_m than q8_0
+    assert e.how.startswith("nearest measured quantization (no q5_k_m row) (6.7B q4_k_m")
 
 
 def test_without_a_row_in_its_family_the_reference_profile_is_scaled() -> None:
     profile = dataclasses.replace(REFERENCE, measured=(Q8,))
     m = _model("none", dtype="float32")  # a float model never borrows a quantized row's prefill
-    e = est.estimate(profile, "cpu", CPU2, m, m.parameters * 4.0, "float32")
-    assert e.ttft_ms == pytest.approx(210_000 * Q8.parameters / 7e9)
-    assert e.tokens_per_second == pytest.approx(0.6 * 7e9 / Q8.parameters)
-    assert e.how.startswith("scaled from the cpu reference profile") and "no row measured" in e.how
-    assert est.estimate(REFERENCE, "cpu", CPU2, _model("q8_0"), 7e9, "float16").how.startswith("scaled")
+    r = Replica("llamacpp", profile, m.parameters * 4.0, 2 * 32 * 32 * 128 * 4, "float32", 64)
+    e = estimate(r, CPU2, m, Workload(512, 1, concurrency=1))
+    assert e.ttft_ms == pytest.approx(210_000 * Q8.parameters / 7e9, rel=0.05)
+    assert e.how.startswith("scaled from the cpu reference profile") and "no row" in e.how
+
+
+def test_roofline_memory_bound_at_small_batch_compute_bound_at_large() -> None:
+    """The step's time: weights / bandwidth at one sequence, 2 x parameters x tokens / FLOPS at many."""
+    shape = Shape(8e9, 8e9, 32, 4096, 16e9, 131072)
+    dev = Device(1, 2e12, 500e12)
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, 0.0, "test")
+    one = predict(shape, dev, eff, Workload(1, 1000, concurrency=1), 1e9, "")
+    assert one.tpot_ms == pytest.approx(16e9 / 2e12 * 1000, rel=0.02)  # memory-bound: 8 ms
+    many = predict(shape, dev, eff, Workload(1, 1000, concurrency=4096), 1e9, "")
+    assert many.tpot_ms == pytest.approx(2 * 8e9 * 4096 / 500e12 * 1000, rel=0.25)  # compute-bound: 131 ms
+    # prefill is compute-bound: the TTFT of a long prompt follows FLOPs, not bandwidth
+    long = predict(shape, dev, eff, Workload(8192, 1, concurrency=1), 1e9, "")
+    assert long.ttft_ms > 2 * 8e9 * 8192 / 500e12 * 1000
+
+
+def test_beyond_the_batch_cap_requests_queue_and_a_rate_above_capacity_saturates() -> None:
+    shape = Shape(8e9, 8e9, 32, 4096, 16e9, 131072)
+    dev = Device(1, 2e12, 500e12)
+    eff = Efficiency(0.6, 0.8, 1.0, 10.0, 5.0, "test")
+    at_cap = predict(shape, dev, eff, Workload(512, 256, concurrency=16), 16, "")
+    beyond = predict(shape, dev, eff, Workload(512, 256, concurrency=64), 16, "")
+    assert beyond.saturated and not at_cap.saturated
+    assert beyond.tokens_per_second == pytest.approx(at_cap.tokens_per_second, rel=1e-6)
+    assert beyond.ttft_ms > at_cap.ttft_ms + 2 * (256 - 1) * at_cap.tpot_ms  # waits ~3 rounds of 16
+    low = predict(shape, dev, eff, Workload(512, 256, rate=1.0), 16, "")
+    assert not low.saturated and low.tokens_per_second == pytest.approx(256)
+    assert low.concurrency == pytest.approx((low.ttft_ms + 255 * low.tpot_ms) / 1000, rel=0.05)  # Little's law
+    over = predict(shape, dev, eff, Workload(512, 256, rate=1000.0), 16, "")
+    assert over.saturated and math.isinf(over.ttft_ms)
 
 
 def test_the_decision_says_where_its_estimate_comes_from() -> None:
@@ -73,32 +111,37 @@ def test_the_decision_says_where_its_estimate_comes_from() -> None:
     line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
     row = next(r for r in card("pytorch").profiles["cpu"].measured if r.weights == "bfloat16")
     assert "measured row (6.7B bfloat16, 2 cores" in line and row.provenance in line
-    assert d.estimate["ttftMillis"] == pytest.approx(row.ttft_ms * 7e9 / row.parameters * 2 / 16, rel=1e-3)
-    d = select(spec(backend="pytorch", model={"uri": "hf://x/y", "parameters": "7B", "dtype": "float32"},
-                    hardware={"accelerator": "cpu"}), cpu, {})  # fmt: skip
-    assert "scaled from the cpu reference profile" in next(r for r in d.reasons if r.startswith("estimated TTFT"))
-    d = select(spec(model={"uri": "hf://x/y/model.Q8_0.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
-               cpu, {})  # fmt: skip
-    assert "measured row (6.7B q8_0, 2 cores" in next(r for r in d.reasons if r.startswith("estimated TTFT"))
+    assert d.estimate["source"].startswith("measured row (6.7B bfloat16")  # type: ignore[union-attr]
     d = select(spec(model={"uri": "hf://x/y/model.Q6_K.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
                cpu, {})  # fmt: skip
     line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
-    assert (
-        "nearest measured quantization: the 6.7B q8_0, 2 cores row (no q6_k row)" in line
-    )  # 0.82 B/param: nearer q8_0
+    assert "nearest measured quantization (no q6_k row) (6.7B q8_0" in line  # 0.82 B/param: nearer q8_0
+    d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="vllm"), cluster(H100), MODELS)
+    assert str(d.estimate["source"]).startswith(
+        "aiconfigurator 0.12.0 table (vllm|h100_sxm|meta-llama/Meta-Llama-3.1-8B"
+    )
+    d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="tgi"), cluster(H100), MODELS)
+    assert str(d.estimate["source"]).startswith("roofline (NVIDIA-H100-80GB-HBM3: 3350 GB/s, 989 dense 16-bit")
+    assert set(d.estimate) == {"ttftMillis", "ttftP95Millis", "tpotMillis", "tokensPerSecond", "concurrency", "source"}
 
 
-def test_an_onnx_int4_or_int8_model_takes_the_onnx_servers_measured_row() -> None:
-    rows = card("onnxruntime").profiles["cpu"].measured
-    assert {r.weights for r in rows} >= {"int4"}
-    cpu = cluster(node("cpu", cpu="16", memory="64Gi"))
-    for row in rows:
-        d = select(spec(backend="onnxruntime", model={"uri": "s3://b/m.onnx", "parameters": "7B", "dtype": row.weights},
-                        hardware={"accelerator": "cpu"}), cpu, {})  # fmt: skip
-        line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
-        assert f"measured row (6.7B {row.weights}, 2 cores" in line and row.provenance in line
-        # same format: tokens/s follow the parameters (the row's real bytes per parameter, not int4's nominal 0.5)
-        assert d.estimate["ttftMillis"] == pytest.approx(row.ttft_ms * 7e9 / row.parameters * 2 / 16, rel=1e-3)
-        assert d.estimate["tokensPerSecond"] == pytest.approx(
-            row.tokens_per_second_8 * 16 / 2 * row.parameters / 7e9, abs=0.06
-        )
+def _at(concurrency: int, prompt: int) -> dict[str, float | str]:
+    s = spec(model={"modelRef": "llama-3-1-8b"}, backend="vllm", replicas=1,
+             objectives={"concurrency": concurrency, "promptTokens": prompt, "outputTokens": 256})  # fmt: skip
+    return select(s, cluster(H100), MODELS).estimate
+
+
+def test_the_estimate_follows_concurrency_and_prompt_length() -> None:
+    """Done-when: one model on one GPU gives different TTFT, TPOT and tokens/s at concurrency 1, 16 and 256 and at
+    prompts of 128 and 4096 tokens, in the directions the calibration data shows (more load: more tokens/s, slower
+    tokens and first tokens; longer prompts: later first tokens, fewer tokens/s)."""
+    e = {(c, p): _at(c, p) for c in (1, 16, 256) for p in (128, 4096)}
+    for p in (128, 4096):
+        assert e[(1, p)]["tokensPerSecond"] < e[(16, p)]["tokensPerSecond"] < e[(256, p)]["tokensPerSecond"]  # type: ignore[operator]
+        assert e[(1, p)]["tpotMillis"] < e[(16, p)]["tpotMillis"] < e[(256, p)]["tpotMillis"]  # type: ignore[operator]
+        assert e[(1, p)]["ttftMillis"] < e[(16, p)]["ttftMillis"] < e[(256, p)]["ttftMillis"]  # type: ignore[operator]
+    for c in (1, 16, 256):
+        assert e[(c, 128)]["ttftMillis"] < e[(c, 4096)]["ttftMillis"]  # type: ignore[operator]
+        assert e[(c, 128)]["tokensPerSecond"] > e[(c, 4096)]["tokensPerSecond"]  # type: ignore[operator]
+    # concurrency 1 on one H100: about 125-160 tokens/s (LLM-Inference-Bench, vLLM, Llama-3-8B), not thousands
+    assert 100 < float(e[(1, 128)]["tokensPerSecond"]) < 200

@@ -61,7 +61,7 @@ CASES = [
     # (1 replica): 4 GPUs each, so the fewest GPUs per replica wins; TP=8 would take 8.
     Case("8b-c2000-h100-tp1-x-ceil(2000/581)=4-replicas", m(model=m(modelRef="llama-3-1-8b"),
          objectives=m(concurrency=2000)), [H100x8], "vllm", 1, 4,
-         ("concurrency 2000 x 1 replica(s) / 581 requests per replica = 4", "set it to 4")),
+         ("concurrency 2000 / 581 requests per replica (what its KV cache holds at this length) = 4", "set it to 4")),
     # longer requests: 4096 + 1024 tokens = 640 MiB each: 54.5 GiB / 640 MiB = 87 requests < 128 -> 2 replicas
     Case("8b-c128-prompt4096-output1024-h100-tp1-87-requests-2-replicas", m(model=m(modelRef="llama-3-1-8b"),
          objectives=m(concurrency=128, promptTokens=4096, outputTokens=1024)), [H100x8], "vllm", 1, 2,
@@ -240,11 +240,14 @@ def test_single_node_status_placement_says_one_node() -> None:
 
 
 def test_mig_slice_is_rated_at_its_share_of_the_gpu() -> None:
-    """A100-40GB MIG 1g.5gb: 1 of 8 memory slices = 1/8 of 1555 GB/s; the estimate is that much slower."""
+    """A100-40GB MIG 1g.5gb: 1 of 8 memory slices = 1/8 of 1555 GB/s and 1/7 of the compute; the slice's decode
+    step is bandwidth-bound (8x slower), the whole GPU's is partly bound by the engine's fixed per-step time at this
+    1B size (selection/workload.py), so tokens/s differ by less than 8x but by more than 2x."""
     whole = select(spec(model={"modelRef": "llama-3-2-1b"}), cluster(node("a", "a100-40", 1)), REGISTRY)
     mig = select(spec(model={"modelRef": "llama-3-2-1b"}), cluster(node("m", "a100-40", 1, mig="single")), REGISTRY)
     assert mig.placement is not None and mig.placement.gpu is not None and mig.placement.gpu.mig
     assert whole.placement is not None and whole.placement.gpu is not None
     ratio = mig.placement.gpu.speed / whole.placement.gpu.speed
     assert ratio < 0.3, ratio
-    assert mig.estimate["tokensPerSecond"] < whole.estimate["tokensPerSecond"] * 0.3
+    assert float(mig.estimate["tokensPerSecond"]) < float(whole.estimate["tokensPerSecond"]) * 0.5
+    assert float(mig.estimate["tpotMillis"]) > 2 * float(whole.estimate["tpotMillis"])

@@ -236,7 +236,9 @@ class Decision:
     model: ResolvedModel | None = None
     serving_dtype: str | None = None
     kv_cache_dtype: str = "auto"
-    estimate: dict[str, float] = field(default_factory=dict)
+    estimate: dict[str, float | str] = field(default_factory=dict)
+    """ttftMillis, ttftP95Millis, tpotMillis, tokensPerSecond, concurrency (one replica at its share of the load)
+    and source."""
     plan: Plan | None = None
     host: Host | None = None
     avoid_labels: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
@@ -320,10 +322,19 @@ class Decision:
             ],
             placement=placement,
             memory=self.memory.to_api() if self.memory else None,
+            estimate=_estimate(self.estimate),
             batching=self.batching.strategy if self.batching else None,
             unsupported=bounded(self.unsupported),
             avoided=_avoided(self.avoided),
         )
+
+
+def _estimate(est: dict[str, float | str]) -> api.EstimateReport | None:
+    if not est:
+        return None
+    body = dict(est)
+    body["source"] = bounded([str(est.get("source", ""))])[0]
+    return api.EstimateReport.model_validate(body)
 
 
 def _avoided(avoided: tuple[Current, str] | None) -> api.Avoided | None:

@@ -151,17 +151,28 @@ class ModelSource(ApiModel):
 
 
 class Objectives(ApiModel):
-    """What the selection tree balances. Absent fields are not targets."""
+    """What the selection tree balances. Absent fields are not targets. The load (concurrency or
+    requestsPerSecond) is that of the whole service, all replicas together: the planner divides it over the
+    replicas it plans; the latency targets hold for every request at that load."""
 
     ttft_millis: Int | None = Field(default=None, ge=1, le=INT64_MAX)
-    """Target p95 time to first token, in milliseconds."""
+    """Target p95 time to first token at the stated load, in milliseconds."""
+    tpot_millis: Int | None = Field(default=None, ge=1, le=INT64_MAX)
+    """Target median time per output token of one request (after its first token) at the stated load, in
+    milliseconds."""
     tokens_per_second: Int | None = Field(default=None, ge=1, le=INT64_MAX)
-    """Target aggregate output tokens per second per replica."""
+    """Target output tokens per second of the whole service, all replicas together."""
     concurrency: Int | None = Field(default=None, ge=1, le=INT64_MAX)
-    """Expected concurrent requests per replica."""
+    """Expected concurrent requests to the whole service (all replicas together): the load, as a number of requests
+    in flight. Give this or requestsPerSecond."""
+    requests_per_second: float | None = Field(default=None, gt=0, le=1e9)
+    """Expected requests per second arriving at the whole service (all replicas together): the load, as a rate.
+    Give this or concurrency (when both are given, concurrency is the load and this is checked as a rate the
+    service must sustain)."""
     prompt_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Typical prompt length per request, in tokens (default 512): with outputTokens, the KV cache one request
-    holds, which sizes concurrency (the engines allocate KV pages on demand, not a full context per request)."""
+    holds, which sizes concurrency (the engines allocate KV pages on demand, not a full context per request), and
+    the prefill work of a request."""
     output_tokens: Int | None = Field(default=None, ge=1, le=INT64_MAX)
     """Typical output length per request, in tokens (default 256)."""
 
@@ -426,6 +437,25 @@ class MemoryReport(ApiModel):
     """memoryFraction x the memory of the GPUs of one replica (or of the node, on CPU)."""
 
 
+class EstimateReport(ApiModel):
+    """What one replica of the chosen placement is estimated to deliver at the per-replica share of the stated
+    load (selection/workload.py; docs/engine-profiles.md gives the model and its measured error)."""
+
+    ttft_millis: float = Field(ge=0)
+    """Median time to first token, ms."""
+    ttft_p95_millis: float = Field(ge=0)
+    """95th-percentile time to first token, ms (what objectives.ttftMillis is compared with)."""
+    tpot_millis: float = Field(ge=0)
+    """Median time per output token of one request, ms."""
+    tokens_per_second: float = Field(ge=0)
+    """Output tokens per second of one replica at that load, all streams together."""
+    concurrency: float = Field(ge=0)
+    """Requests in one replica at that load (a requestsPerSecond load converted by Little's law)."""
+    source: str = Field(max_length=MAX_REASON)
+    """The data the estimate comes from: an aiconfigurator table, a measured CPU row, or the roofline with fitted
+    efficiencies (each with its source)."""
+
+
 class Avoided(ApiModel):
     """A placement the operator left because its pods stayed unschedulable past the grace period."""
 
@@ -448,6 +478,8 @@ class Decision(ApiModel):
     """Hardware of one replica."""
     memory: MemoryReport | None = None
     """Memory fit of one replica."""
+    estimate: EstimateReport | None = None
+    """Estimated performance of one replica at the stated load."""
     batching: str | None = Field(default=None, max_length=64)
     """The batching strategy in effect."""
     unsupported: list[Annotated[str, Field(max_length=MAX_REASON)]] = Field(

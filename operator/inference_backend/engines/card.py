@@ -63,6 +63,53 @@ class Profile:
     """Rows measured at a real shape (7B) per weight format; preferred to the scaled figures above where they match."""
 
 
+@dataclass(frozen=True)
+class Efficiency:
+    """One engine's efficiencies on one vendor's devices: the few physically meaningful factors the workload model
+    (selection/workload.py) fits per engine and vendor, with their source."""
+
+    prefill: float
+    """Share of the dense tensor rate its prefill GEMMs reach."""
+    decode: float
+    """Share of the memory bandwidth its decode steps reach."""
+    step_ms: float
+    """Fixed time per engine step beyond the kernels (scheduler, sampling, launch gaps)."""
+    seq_us: float
+    """Time per running sequence per step beyond the kernels (bookkeeping, sampling, detokenisation)."""
+    request_ms: float
+    """Time per request outside the steps (HTTP, tokenisation), added to TTFT."""
+    source: str
+    layer_us: float = 0.0
+    """Host time per layer per step to launch its kernels (eager engines without CUDA graphs): a step takes at
+    least ``layers x layer_us``, whatever the devices' speed."""
+    burst: float = 0.1
+    """Share of a synchronized wave's prefill queue a request at concurrency c waits beyond the steady-state queue:
+    how the scheduler admits a wave of prompts started together (vLLM mixes them into decode steps by chunks;
+    SGLang's default prefills new requests first, in batches of their own)."""
+
+
+FITTED = "fitted by bench/perf_model.py (make bench-model) to the calibration set's non-held-out rows"
+"""Source of a fitted factor (tests/data/perf-calibration/, docs/engine-profiles.md)."""
+
+
+@dataclass(frozen=True)
+class Performance:
+    """What the workload model needs of an engine beyond the devices: its efficiencies and its batch."""
+
+    efficiency: Mapping[str, Efficiency]
+    """GPU vendor -> efficiencies of the pinned release (a vendor missing here: its NVIDIA factors, derated)."""
+    max_sequences: int
+    """The most sequences one replica decodes together by default; 0 when only the KV cache bounds them."""
+    max_sequences_source: str
+    older: tuple[tuple[str, str, Efficiency], ...] = ()
+    """(vendor, first release without them, efficiencies) of older releases: calibration rows that name such a
+    release are rated with these (the operator runs the pinned release)."""
+    max_sequences_large_gpu: int = 0
+    """On GPUs of 70 GiB or more, when the default differs there (vLLM)."""
+    aiconfigurator: str = ""
+    """aiconfigurator's name for the engine where it ships tables for it (selection/perf_tables.py), else ""."""
+
+
 Signal = Literal["queueDepth", "runningRequests", "kvCacheUsage", "ttft"]
 """spec.autoscaling.metric values (the API's ScalingMetric)."""
 SIGNALS: tuple[Signal, ...] = ("queueDepth", "runningRequests", "kvCacheUsage", "ttft")
@@ -160,6 +207,8 @@ class EngineCard:
     endpoints: Endpoints
     profiles: Mapping[Accelerator, Profile]
     """Performance per accelerator it runs on, each with provenance."""
+    performance: Performance
+    """Efficiencies per GPU vendor and the default batch, for the workload model (selection/workload.py)."""
     summary: str
     """One line for docs and `kubectl describe`: what it is best at."""
     render: Renderer
@@ -237,16 +286,19 @@ def _empty(value: object) -> bool:
 
 
 __all__ = [
+    "FITTED",
     "NOT_MEASURED_ON_GPU",
     "REFERENCE",
     "SIGNALS",
     "Accelerator",
     "Autoscaling",
+    "Efficiency",
     "Endpoints",
     "EngineCard",
     "FlagBound",
     "Float32OnGpu",
     "GpuVendor",
+    "Performance",
     "Platforms",
     "Profile",
     "Renderer",

@@ -33,10 +33,13 @@ from inference_backend.engines.base import (
     served_name,
 )
 from inference_backend.engines.card import (
+    FITTED,
     NOT_MEASURED_ON_GPU,
     Autoscaling,
+    Efficiency,
     EngineCard,
     GpuVendor,
+    Performance,
     Platforms,
     Profile,
     ScalingSignal,
@@ -246,6 +249,19 @@ AUTOSCALING = Autoscaling(
 )  # fmt: skip
 
 
+PERFORMANCE = Performance(
+    efficiency={
+        "nvidia": Efficiency(
+            0.35, 0.60, 2.0, 400.0, 5.0, FITTED + " (llama-bench on A100 and H100: LLM-Inference-Bench rows)"
+        ),
+        "amd": Efficiency(
+            0.15, 0.30, 8.0, 400.0, 5.0, FITTED + " (llama-bench HIP on MI300X: LLM-Inference-Bench rows)"
+        ),
+    },
+    max_sequences=0,
+    max_sequences_source="its slots (-np), each a full context (selection/options.py)",
+)
+
 CARD = EngineCard(
     name=ENGINE, title="llama.cpp", version=VERSION,
     formats=frozenset({"gguf"}), accelerators=frozenset({"gpu", "cpu"}),
@@ -258,6 +274,7 @@ CARD = EngineCard(
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
+    performance=PERFORMANCE,
     layer_split=True, slots=True,
     run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",

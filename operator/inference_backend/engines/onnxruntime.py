@@ -12,7 +12,7 @@ from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, device_image, placement
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Platforms, Profile
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, Efficiency, EngineCard, Performance, Platforms, Profile
 from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
@@ -45,6 +45,22 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
 # each joining group would add a forward per step: at the 7B shape on 2 cores, 8 requests sent at once made 7.1-7.3
 # tok/s with continuous batching and 5.3-6.4 with dynamic, whose 10 ms window split the burst in two
 # (docs/engine-profiles.md).
+PERFORMANCE = Performance(
+    efficiency={
+        "nvidia": Efficiency(
+            0.35,
+            0.55,
+            8.0,
+            150.0,
+            10.0,
+            "estimate: onnxruntime-genai CUDA graphs off, one step per token; " + NOT_MEASURED_ON_GPU.strip(),
+            150.0,
+        ),
+    },
+    max_sequences=16,
+    max_sequences_source="the runner's --max-batch-size default 16 (runners/common/args.py)",
+)
+
 CARD = EngineCard(
     name=ENGINE, title="ONNX Runtime", version=VERSION,
     formats=frozenset({"onnx"}), accelerators=frozenset({"gpu", "cpu"}),
@@ -58,6 +74,7 @@ CARD = EngineCard(
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
+    performance=PERFORMANCE,
     summary="ONNX models (onnxruntime-genai format, or our exporter's) on CPU or one GPU: dynamic, static and "
     "continuous batching, prefix cache",
     render=container, layer_split=False, slots=False,

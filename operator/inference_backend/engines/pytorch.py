@@ -10,7 +10,7 @@ from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, EngineCard, Profile
+from inference_backend.engines.card import NOT_MEASURED_ON_GPU, Efficiency, EngineCard, Performance, Profile
 from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
@@ -44,6 +44,25 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
 
 
 # Our PyTorch eager runner: every batching strategy, prefix cache, assisted generation with a draft.
+PERFORMANCE = Performance(
+    efficiency={
+        # transformers' eager forward, one Python step per token; not the calibration set's gpt-fast rows
+        # (torch.compile with CUDA graphs, 3-4x faster per token on an A100)
+        "nvidia": Efficiency(
+            0.35,
+            0.60,
+            5.0,
+            400.0,
+            10.0,
+            "estimate: transformers' eager forward, kernels launched "
+            "per layer from Python (~10 per layer at ~40 us); " + NOT_MEASURED_ON_GPU.strip(),
+            400.0,
+        ),
+    },
+    max_sequences=16,
+    max_sequences_source="the runner's --max-batch-size default 16 (runners/common/args.py)",
+)
+
 CARD = EngineCard(
     name=ENGINE, title="PyTorch", version=VERSION, formats=frozenset({"safetensors", "pytorch"}),
     accelerators=frozenset({"gpu", "cpu"}), batching=("continuous", "dynamic", "static"), prefix_cache=True,
@@ -56,6 +75,7 @@ CARD = EngineCard(
         "gpu": Profile(80, 110, 15.0, 2, NOT_MEASURED_ON_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
+    performance=PERFORMANCE,
     summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
     render=container, layer_split=False, slots=False,
     run_as_user=10001, run_as="images/pytorch-runner/Dockerfile: USER 10001",

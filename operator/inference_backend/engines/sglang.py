@@ -30,7 +30,16 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import Autoscaling, EngineCard, Platforms, Profile, ScalingSignal
+from inference_backend.engines.card import (
+    FITTED,
+    Autoscaling,
+    Efficiency,
+    EngineCard,
+    Performance,
+    Platforms,
+    Profile,
+    ScalingSignal,
+)
 
 ENGINE = "sglang"
 OWN_HF_LOADER = True  # --model-path takes a Hugging Face repo id and downloads it (fields/model.py model_path)
@@ -202,6 +211,22 @@ AUTOSCALING = Autoscaling(
     cold_start="minutes: the weights loaded onto the GPUs, then CUDA graph capture before the first request",
 )  # fmt: skip
 
+_AIC_FIT = (
+    FITTED + ", over aiconfigurator 0.12.0's tables for this engine (selection/perf_tables.py), which "
+    "correct the roofline point by point on the GPUs it models"
+)
+PERFORMANCE = Performance(
+    efficiency={
+        "nvidia": Efficiency(0.35, 0.70, 1.0, 15.0, 8.0, _AIC_FIT, 0.0, 0.3),
+        "amd": Efficiency(
+            0.30, 0.30, 1.0, 400.0, 10.0, "assumed as ROCm vLLM's (no published SGLang row on AMD)", 0.0, 0.5
+        ),
+    },
+    max_sequences=0,
+    max_sequences_source="SGLang's max_running_requests defaults to what its KV pool holds (server_args.py)",
+    aiconfigurator="sglang",
+)
+
 CARD = EngineCard(
     name=ENGINE, title="SGLang", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -215,6 +240,7 @@ CARD = EngineCard(
                                 "sglang .github/workflows/_docker-build-and-publish.yml: linux/amd64 and linux/arm64 "
                                 "builds joined in one manifest (docker buildx imagetools create)")},
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
+    performance=PERFORMANCE,
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
     run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},

@@ -28,7 +28,16 @@ from inference_backend.engines.base import (
     merge_named,
     placement,
 )
-from inference_backend.engines.card import Autoscaling, EngineCard, Platforms, Profile, ScalingSignal
+from inference_backend.engines.card import (
+    FITTED,
+    Autoscaling,
+    Efficiency,
+    EngineCard,
+    Performance,
+    Platforms,
+    Profile,
+    ScalingSignal,
+)
 
 ENGINE = "tgi"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -162,6 +171,44 @@ AUTOSCALING = Autoscaling(
     cold_start="minutes: the weights loaded onto the GPUs, then the warmup prefill of the whole token budget",
 )  # fmt: skip
 
+PERFORMANCE = Performance(
+    efficiency={
+        "nvidia": Efficiency(
+            0.55,
+            0.70,
+            0.5,
+            150.0,
+            8.0,
+            "taken equal to vLLM's on NVIDIA: no TGI 3.x row on NVIDIA in "
+            "the calibration set; TGI v3's own benchmarks (docs, 'TGI v3 overview') put it at 1.0-1.25x "
+            "vLLM (CUDA graphs, chunked prefill, flashinfer)",
+            100.0,
+            0.1,
+        ),
+        "amd": Efficiency(0.45, 0.30, 2.0, 400.0, 10.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 0.0, 0.5),
+        "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, FITTED + " (tgi-gaudi, MLPerf Inference 4.0 rows)"),
+    },
+    older=(
+        (
+            "nvidia",
+            "1.1",
+            Efficiency(
+                0.35,
+                0.70,
+                0.5,
+                400.0,
+                10.0,
+                FITTED + " (TGI 1.0.3 on SageMaker: no CUDA "
+                "graphs before TGI 1.1, kernels launched from Python per layer)",
+                550.0,
+                0.1,
+            ),
+        ),
+    ),
+    max_sequences=0,
+    max_sequences_source="TGI batches what max_batch_total_tokens (its KV budget) holds (launcher main.rs)",
+)
+
 CARD = EngineCard(
     name=ENGINE, title="TGI", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -176,6 +223,7 @@ CARD = EngineCard(
     platforms={IMAGE: Platforms(frozenset({"amd64"}), "text-generation-inference .github/workflows/build.yaml: "
                                                         "platforms 'linux/amd64'")},
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
+    performance=PERFORMANCE,
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
     render=container, layer_split=False, slots=False,
     run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},

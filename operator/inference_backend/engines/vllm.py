@@ -31,7 +31,17 @@ from inference_backend.engines.base import (
     placement,
     served_name,
 )
-from inference_backend.engines.card import Autoscaling, EngineCard, GpuVendor, Platforms, Profile, ScalingSignal
+from inference_backend.engines.card import (
+    FITTED,
+    Autoscaling,
+    Efficiency,
+    EngineCard,
+    GpuVendor,
+    Performance,
+    Platforms,
+    Profile,
+    ScalingSignal,
+)
 
 ENGINE = "vllm"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -252,6 +262,32 @@ AUTOSCALING = Autoscaling(
                "capture before the first request",
 )  # fmt: skip
 
+_AIC_FIT = (
+    FITTED + ", over aiconfigurator 0.12.0's tables for this engine (selection/perf_tables.py), which "
+    "correct the roofline point by point on the GPUs it models"
+)
+PERFORMANCE = Performance(
+    efficiency={
+        "nvidia": Efficiency(0.55, 0.70, 0.5, 150.0, 8.0, _AIC_FIT, 100.0, 0.1),
+        "amd": Efficiency(
+            0.35,
+            0.30,
+            1.0,
+            400.0,
+            10.0,
+            FITTED + " (ROCm vLLM 0.4-0.6 on MI300X: LLM-Inference-Bench, MLPerf 4.1, dstack, Oracle rows)",
+            0.0,
+            0.5,
+        ),
+        "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: the vLLM Gaudi fork has no published row here"),
+    },
+    max_sequences=256,
+    max_sequences_large_gpu=1024,
+    max_sequences_source="vLLM max_num_seqs default (vllm/engine/arg_utils.py EngineArgs._set_default_args: 1024 on "
+    "GPUs of 70 GiB or more, else 256)",
+    aiconfigurator="vllm",
+)
+
 CARD = EngineCard(
     name=ENGINE, title="vLLM", version=VERSION,
     formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
@@ -261,6 +297,7 @@ CARD = EngineCard(
     own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
     images={"gpu": IMAGE}, devices=DEVICES, platforms=PLATFORMS, endpoints=ENDPOINTS,
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
+    performance=PERFORMANCE,
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
     render=container, layer_split=False, slots=False,
     run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},

@@ -131,3 +131,21 @@ class SkuIndex:
         formed = [r for r in rows if FORM_TOKENS.get(r.form, frozenset()) & toks]
         rows = formed or rows
         return conservative(rows), len(rows) > 1
+
+
+@dataclass(frozen=True)
+class SkuPerf:
+    """What a part computes and how fast its devices talk: the performance columns of one SKU row (by id).
+
+    Dense tensor throughput (no 2:4 sparsity) per device; ``None`` where the part has no such tensor cores."""
+
+    tflops_16: float
+    """bf16 (fp16 where the part has no bf16) dense tensor TFLOPS: prefill in a 16-bit dtype is bounded by it."""
+    tflops_fp8: float | None
+    """fp8 dense tensor TFLOPS (w8a8 fp8 models and fp8 KV attention)."""
+    tops_int8: float | None
+    """int8 dense tensor TOPS (w8a8 int8 models)."""
+    link_gbs: float
+    """Per-device bandwidth to the other devices of a node, one direction, GB/s (NVLink, Infinity Fabric, Gaudi's
+    RoCE links, or the PCIe slot when there is no device link): bounds tensor-parallel all-reduces."""
+    source: str

@@ -16,7 +16,7 @@ Sources (cited per row in ``source``):
 
 from __future__ import annotations
 
-from inference_backend.facts.sku import MigProfile, Sku
+from inference_backend.facts.sku import MigProfile, Sku, SkuPerf
 
 MIB = 2**20
 
@@ -160,3 +160,69 @@ GAUDI: tuple[Sku, ...] = (
 )  # fmt: skip
 
 SKUS: tuple[Sku, ...] = NVIDIA + AMD + GAUDI
+
+
+# ---- Performance columns (selection/workload.py): dense TFLOPS per dtype and the device link, per row id. ----
+# Dense figures are the datasheets' sparse figures halved where only those are printed. Link: NVLink per GPU one
+# direction (H100/H200 900 GB/s bidirectional: 450; A100 600: 300; B200/GB200 1.8 TB/s: 900; H100 NVL bridge
+# 600: 300), PCIe x16 one direction (Gen3 16, Gen4 32, Gen5 64 GB/s), AMD Infinity Fabric (MI300X/MI325X 7 links x
+# 64 GB/s = 448; MI355X/MI350X 7 x 76.8 = 538), Gaudi's on-chip RoCE (Gaudi 2: 24 x 100 GbE = 300 GB/s; Gaudi 3:
+# 24 x 200 GbE = 600 GB/s). Cross-checked with aiconfigurator 0.12.0's system files (aiconfigurator_core/systems/
+# <system>.yaml: bfloat16/fp8/int8_tc_flops, intra_node_bw) for every part it models.
+_AIC = "; aiconfigurator 0.12.0 systems/{}.yaml agrees"
+_MI300 = "AMD Instinct MI300X / MI325X datasheets: 1307.4 TFLOPS bf16, 2614.9 fp8/int8 dense; Infinity Fabric 896 GB/s"
+_MI350 = "AMD Instinct MI350 series datasheet: MI355X 2.5 PF fp16, 5.0 PF fp8 dense (MI350X 2.3 / 4.6)"
+
+
+def _p(tf16: float, fp8: float | None, int8: float | None, link: float, source: str) -> SkuPerf:
+    return SkuPerf(tf16, fp8, int8, link, source)
+
+
+PERF: dict[str, SkuPerf] = {
+    "H100-SXM5-80GB": _p(989, 1979, 1979, 450, _H100 + _AIC.format("h100_sxm")),
+    "H100-PCIe-80GB": _p(756, 1513, 1513, 64, _H100 + _AIC.format("h100_pcie")),
+    "H100-NVL-94GB": _p(835, 1671, 1671, 300, _H100 + " (H100 NVL: 3,341 TFLOPS fp8 sparse; NVLink bridge 600 GB/s)"),
+    "H200-SXM-141GB": _p(989, 1979, 1979, 450, _H200 + _AIC.format("h200_sxm")),
+    "H200-NVL-141GB": _p(835, 1671, 1671, 450, _H200 + " (H200 NVL: 1,671 TFLOPS bf16 sparse; 900 GB/s bridge)"),
+    "GH200-96GB": _p(989, 1979, 1979, 450, "NVIDIA GH200 datasheet (the H100 SXM's tensor cores)"),
+    "B200-180GB": _p(2250, 4500, 4500, 900, _BW + _AIC.format("b200_sxm")),
+    "GB200-186GB": _p(2500, 5000, 5000, 900, _BW + _AIC.format("gb200")),
+    "B300-288GB": _p(2250, 4500, 153.5, 900, _BW + " (Blackwell Ultra cut int8 to 307 TOPS sparse)" +
+                     _AIC.format("b300_sxm")),
+    "GB300-279GB": _p(2500, 5000, 165, 900, _BW + _AIC.format("gb300")),
+    "A100-SXM4-40GB": _p(312, None, 624, 300, _A100 + _AIC.format("a100_sxm")),
+    "A100-SXM4-80GB": _p(312, None, 624, 300, _A100 + _AIC.format("a100_sxm")),
+    "A100-PCIe-40GB": _p(312, None, 624, 32, _A100 + _AIC.format("a100_pcie")),
+    "A100-PCIe-80GB": _p(312, None, 624, 32, _A100 + _AIC.format("a100_pcie")),
+    "A30-24GB": _p(165, None, 330, 32, _AMP + _AIC.format("a30")),
+    "A10G-24GB": _p(125, None, 250, 32, _AMP + " (AWS publishes no A10G tensor rate: the A10's is taken)"),
+    "A10-24GB": _p(125, None, 250, 32, _AMP),
+    "A40-48GB": _p(149.7, None, 299.3, 32, _AMP),
+    "RTX-A6000-48GB": _p(154.8, None, 309.7, 32, _AMP),
+    "L4-24GB": _p(121, 242, 242, 32, _ADA + _AIC.format("l4")),
+    "L40S-48GB": _p(362, 733, 733, 32, _ADA + _AIC.format("l40s")),
+    "L40-48GB": _p(181, 362, 362, 32, _ADA),
+    "RTX-6000-Ada-48GB": _p(364, 728, 728, 32, _ADA),
+    "RTX-PRO-6000-96GB": _p(467.8, 935.6, 935.6, 64, "NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet, "
+                            "dense at 2430 MHz" + _AIC.format("rtx_pro_6000_server")),
+    "T4-16GB": _p(65, None, 130, 16, _OLD + " (fp16 tensor; no bf16)"),
+    "T4G-16GB": _p(65, None, 130, 16, _OLD + " (fp16 tensor; no bf16)"),
+    "V100-SXM2-16GB": _p(125, None, None, 150, _OLD + " (fp16 tensor; NVLink 2: 300 GB/s)"),
+    "V100-SXM2-32GB": _p(125, None, None, 150, _OLD + " (fp16 tensor; NVLink 2: 300 GB/s)"),
+    "V100-PCIe-16GB": _p(112, None, None, 16, _OLD + " (fp16 tensor)"),
+    "V100-PCIe-32GB": _p(112, None, None, 16, _OLD + " (fp16 tensor)"),
+    "P100-PCIe-16GB": _p(18.7, None, None, 16, _OLD + " (fp16, no tensor cores)"),
+    "P4-8GB": _p(5.5, None, 22, 16, _OLD + " (fp32 rate; no fast fp16)"),
+    "K80-12GB": _p(4.4, None, None, 8, _OLD + " (fp32 per GPU)"),
+    "MI300X-192GB": _p(1307.4, 2614.9, 2614.9, 448, _MI300),
+    "MI325X-256GB": _p(1307.4, 2614.9, 2614.9, 448, _MI300),
+    "MI355X-288GB": _p(2516, 5033, 5033, 538, _MI350),
+    "MI350X-288GB": _p(2307, 4614, 4614, 538, _MI350),
+    "MI250X-GCD-64GB": _p(191.5, None, 191.5, 100, _AMD + " (383 TFLOPS bf16 per board, per GCD half)"),
+    "MI250-GCD-64GB": _p(181, None, 181, 100, _AMD + " (362 TFLOPS bf16 per board, per GCD half)"),
+    "MI210-64GB": _p(181, None, 181, 50, _AMD),
+    "Gaudi2-HL-225-96GB": _p(432, 865, None, 300, _GAUDI + " (MME bf16 432, fp8 865 TFLOPS)"),
+    "Gaudi3-HL-325-128GB": _p(1835, 1835, None, 600, _GAUDI + " (MME bf16 and fp8 1835 TFLOPS)"),
+}  # fmt: skip
+"""Rows without an entry (the first Gaudi) have no published dense rate: the workload model says so and rates
+their compute from bandwidth (selection/workload.py)."""

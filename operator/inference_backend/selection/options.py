@@ -25,9 +25,10 @@ from inference_backend.memory import (
     tensor_parallel_options,
 )
 from inference_backend.quantity import gib
-from inference_backend.selection.estimate import estimate
+from inference_backend.selection.estimate import Estimate, Replica, estimate
 from inference_backend.selection.hardware import UsableClass
-from inference_backend.selection.planning import cpu_host, gpu_host, replicas_needed, tokens_per_sequence
+from inference_backend.selection.perf_data import PRICE_PER_GPU_HOUR
+from inference_backend.selection.planning import cpu_host, gpu_host, plan_load, tokens_per_sequence
 
 MIB = 2**20
 
@@ -40,19 +41,38 @@ class Option:
     kv_per_token: float
     serving_dtype: str
     speculate: bool
-    ttft_ms: float
-    tokens_per_second: float
+    estimate: Estimate
+    """One replica at the per-replica share of the service's load (selection/estimate.py)."""
     kv_sequences: int
     """Full-context sequences the KV cache holds."""
     plan: Plan
     host: Host
     misses: tuple[str, ...] = ()
     load: tuple[str, ...] = field(default=(), compare=False)
-    """The arithmetic of each load objective that needs more replicas than spec.replicas."""
+    """The arithmetic of each objective that needs more replicas than spec.replicas."""
     notes: tuple[str, ...] = field(default=(), compare=False)
     """Planning notes for the reasons (replicas needed, host request scaled down, slots reduced)."""
-    estimate_how: str = field(default="", compare=False)
-    """Where the TTFT and tokens/s estimates come from (selection/estimate.py)."""
+    load_how: str = field(default="", compare=False)
+    """The load one replica sees ("concurrency 16 per replica")."""
+
+    @property
+    def ttft_ms(self) -> float:
+        return self.estimate.ttft_ms
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.estimate.tokens_per_second
+
+    @property
+    def estimate_how(self) -> str:
+        return self.estimate.how
+
+    @property
+    def price(self) -> float:
+        """Price per hour of all its GPUs where the SKU's price per GPU-hour is known, else infinity."""
+        gpu = self.placement.gpu
+        known = PRICE_PER_GPU_HOUR.get(gpu.sku) if gpu is not None else None
+        return self.total_gpus * known[0] if known else math.inf
 
     @property
     def total_gpus(self) -> int:
@@ -67,7 +87,7 @@ class Option:
         gpu = p.gpu
         pref = next((i for i, name in enumerate(preferences) if product_matches(name, gpu)), len(preferences))
         full = (pool_of(p.gpu), p.gpus_per_replica) in busy
-        return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, self.total_gpus,
+        return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, self.total_gpus, self.price,
                 p.gpus_per_replica, p.gpu.memory_mib, -p.gpu.speed, p.gpu.product, p.hardware)  # fmt: skip
 
 
@@ -118,24 +138,20 @@ class _Sizing:
 def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, placement: Placement, fit: Fit,
             sz: _Sizing, speculate: bool, host: Host, notes: list[str]) -> Option:  # fmt: skip
     accelerator: Accelerator = "gpu" if placement.gpu is not None else "cpu"
-    est = estimate(card(engine).profiles[accelerator], accelerator, placement, model, fit.weights, sz.dtype)
-    ttft, tps = est.ttft_ms, est.tokens_per_second
     full = int(fit.kv_cache // max(sz.kv_token * model.context_length, 1.0))
     # slot engines: every slot holds a full context, and requests beyond the slots queue
     sequences = sz.slots or int(fit.kv_cache // max(sz.kv_token * sz.tokens, 1.0))
-    replicas, why = replicas_needed(spec, sequences, tps)
-    plan = Plan(sz.tokens, sequences, replicas, sz.slots)
-    misses: list[str] = []
-    obj = spec.objectives
-    if obj.ttft_millis is not None and ttft > obj.ttft_millis:
-        misses.append(f"estimated TTFT {ttft:.0f} ms > ttftMillis {obj.ttft_millis}")
+    replica = Replica(engine, card(engine).profiles[accelerator], fit.weights, sz.kv_token, sz.dtype, sequences,
+                      sz.slots)  # fmt: skip
+    lp = plan_load(spec, sequences, lambda w: estimate(replica, placement, model, w))
+    plan = Plan(sz.tokens, sequences, lp.replicas, sz.slots)
     out_notes = list(notes)
-    if why:
-        out_notes.append(f"load objectives need {replicas} replicas of {placement.describe()} ({'; '.join(why)}): "
-                         "more replicas rather than wider ones; spec.replicas is "
-                         f"{spec.replicas}, set it to {replicas} to meet them")  # fmt: skip
-    return Option(engine, placement, fit, sz.kv_token, sz.dtype, speculate, ttft, tps, full, plan, host,
-                  tuple(misses), tuple(why), tuple(out_notes), est.how)  # fmt: skip
+    if lp.why:
+        out_notes.append(f"the objectives need {lp.replicas} replicas of {placement.describe()} ({'; '.join(lp.why)})"
+                         f": more replicas rather than wider ones; spec.replicas is {spec.replicas}, set it to "
+                         f"{lp.replicas} to meet them")  # fmt: skip
+    return Option(engine, placement, fit, sz.kv_token, sz.dtype, speculate, lp.estimate, full, plan, host,
+                  lp.misses, lp.why, tuple(out_notes), lp.load)  # fmt: skip
 
 
 def _first_fit(fit: Callable[[float], Fit], weights: float, draft: float | None) -> tuple[bool | None, Fit]:

@@ -469,11 +469,15 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
                    f"per-replica objectives; one replica holds {held}; {plan.replicas} replica(s) for the load "
                    "objectives (more replicas rather than wider ones)")  # fmt: skip
     reasons.extend(choice.notes)
+    e = choice.estimate
     reasons.append(
-        f"estimated TTFT {choice.ttft_ms:.0f} ms, {choice.tokens_per_second:.0f} tokens/s per replica "
-        f"(profile {engine}/{p.accelerator}, an estimate until benchmarked: {choice.estimate_how})"
+        f"estimated TTFT {_ms(e.ttft_ms)} (p95 {_ms(e.ttft_p95_ms)}), TPOT {_ms(e.tpot_ms)}, "
+        f"{e.tokens_per_second:.0f} tokens/s per replica at {choice.load_how} (an estimate until benchmarked; "
+        f"source: {e.how})"
     )
     reasons.extend(f"objective not met: {m}" for m in choice.misses)
+    if choice.misses:
+        reasons.append(f"the binding objective: {choice.misses[0]} on {p.describe()}")
     strategy = spec.batching.strategy
     resolved = strategy if strategy in caps.batching else caps.batching[0]
     if strategy == "auto":
@@ -508,14 +512,31 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
         model=model,
         serving_dtype=choice.serving_dtype,
         kv_cache_dtype=kv_dtype,
-        estimate={
-            "ttftMillis": round(choice.ttft_ms, 1),
-            "tokensPerSecond": round(choice.tokens_per_second, 1),
-        },
+        estimate=_estimate_json(choice),
         plan=plan,
         host=choice.host,
         avoid_labels=avoid,
     )
+
+
+def _ms(v: float) -> str:
+    return "unbounded" if v == float("inf") else f"{v:.0f} ms" if v >= 10 else f"{v:.1f} ms"
+
+
+def _finite(v: float) -> float:
+    return round(v, 1) if v != float("inf") else 1e12
+
+
+def _estimate_json(choice: Option) -> dict[str, float | str]:
+    e = choice.estimate
+    return {
+        "ttftMillis": _finite(e.ttft_ms),
+        "ttftP95Millis": _finite(e.ttft_p95_ms),
+        "tpotMillis": round(e.tpot_ms, 2),
+        "tokensPerSecond": round(e.tokens_per_second, 1),
+        "concurrency": round(e.concurrency, 2),
+        "source": e.how,
+    }
 
 
 def _speculation(spec: InferenceBackendSpec, draft: ResolvedModel | None, draft_why: str, choice: Option,

@@ -1,0 +1,338 @@
+"""The workload model against measurements: accuracy per engine, held-out rows apart, rankings, a log-log plot.
+
+    make bench-model                       (python -m bench.perf_model report)
+    python -m bench.perf_model fit         (the per-engine/vendor efficiencies that fit the non-held-out rows)
+    python -m bench.perf_model silicon     (tests/data/perf-calibration/aiconfigurator-silicon.csv from
+                                            aiconfigurator's silicon_sample.csv, when its venv is present)
+
+Rows: every CSV of tests/data/perf-calibration/ in the schema of its README (published.csv: published measurements
+collected with their sources; aiconfigurator-silicon.csv: NVIDIA's end-to-end measurements of vLLM and SGLang that
+aiconfigurator 0.12.0 ships). Each row becomes a placement (engine, SKU row, TP, dtype, KV dtype) and a workload
+(concurrency or request rate per replica, prompt and output tokens), and the estimate comes from the operator's own
+code path (selection/estimate.py), as `select` computes it. For each measured figure (TTFT p50, TPOT p50, output
+tokens/s) the error is |log2(estimate / measured)|: 0.32 is 25%, 1 is 2x. Rows with ``holdout=true`` never enter a
+fit (``fit`` skips them) and are reported apart. The plot (bench/results/perf-model.png) needs matplotlib, which
+only this script imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from inference_backend.architectures import find, nearest_shape
+from inference_backend.decision import Placement, ResolvedModel
+from inference_backend.engines import card
+from inference_backend.facts import GPUFacts, HardwareClass
+from inference_backend.facts.identify import INDEX
+from inference_backend.memory import KV_DTYPE_BYTES, gpu_fit, kv_bytes_per_token, kv_heads_per_replica
+from inference_backend.selection.estimate import Estimate, Replica, estimate
+from inference_backend.selection.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "perf-calibration"
+PLOT = ROOT / "bench" / "results" / "perf-model.png"
+METRICS = (("ttft", "ttft_ms_p50"), ("tpot", "tpot_ms_p50"), ("tokens/s", "output_tokens_per_s"))
+DTYPE = {"bf16": ("bfloat16", "none"), "fp16": ("float16", "none"), "fp32": ("float32", "none"),
+         "fp8": ("fp8", "fp8"), "int8": ("int8", "int8"), "int4": ("int4", "awq")}  # fmt: skip
+GIB = 2**30
+
+
+def load_rows(paths: Iterable[Path] | None = None) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for path in sorted(paths or DATA.glob("*.csv")):
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                row["file"] = path.name
+                out.append(row)
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    row: dict[str, str]
+    engine: str
+    placement: Placement
+    model: ResolvedModel
+    replica: Replica
+    load: Workload
+
+    @property
+    def holdout(self) -> bool:
+        return self.row.get("holdout", "").lower() == "true"
+
+
+def _f(row: dict[str, str], key: str) -> float | None:
+    v = (row.get(key) or "").strip()
+    return float(v) if v else None
+
+
+def _model(row: dict[str, str]) -> ResolvedModel:
+    params = _f(row, "parameters") or 7e9
+    active = _f(row, "active_parameters")
+    uri = "hf://" + row["model"]
+    shape, _ = find(uri, int(params), None)
+    if shape is None or abs(math.log(shape.parameters / params)) > 0.15:
+        shape = nearest_shape(int(active or params))
+    dtype, quant = DTYPE.get(row.get("dtype") or "bf16", ("bfloat16", "none"))
+    if (row.get("quantization") or "").startswith("gguf"):
+        quant = row["quantization"].removeprefix("gguf-")
+    return ResolvedModel(uri=uri, format="safetensors", parameters=int(params), dtype=dtype, quantization=quant,
+                         context_length=shape.context, layers=shape.layers, kv_heads=shape.kv_heads,
+                         head_dim=shape.head_dim, shape_source="calibration", attention_heads=shape.attention_heads,
+                         active_parameters=int(active) if active else None)  # fmt: skip
+
+
+def case(row: dict[str, str]) -> Case | None:
+    """The placement and workload a calibration row describes (None: a row the model cannot place)."""
+    engine = row["engine"]
+    if engine not in {"vllm", "sglang", "tgi", "llamacpp", "onnxruntime", "pytorch"} or row["gpu"] == "cpu":
+        return None
+    sku, _ = INDEX.lookup(row["gpu"])
+    if sku is None:
+        return None
+    tp = int(_f(row, "tp") or 1) * int(_f(row, "pp") or 1)
+    replicas = int(_f(row, "replicas") or 1)
+    gpu = GPUFacts(sku.names[0], sku.memory_mib, max(tp, 1), compute=sku.compute, vendor=sku.vendor, sku=sku.id,
+                   bandwidth_gbs=float(sku.bandwidth_gbs))  # fmt: skip
+    hw = HardwareClass(arch="amd64", cpu_millis=192000, memory_bytes=2048 * GIB, gpus=(gpu,))
+    placement = Placement("gpu", hw, 1, gpu, tp)
+    model = _model(row)
+    kv_dtype = "fp8" if (row.get("kv_dtype") or "") == "fp8" else "float16"
+    heads = kv_heads_per_replica(model.kv_heads, tp)
+    kv_token = kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
+    from inference_backend.memory import QUANT_BYTES
+
+    bpp = QUANT_BYTES.get(model.quantization, 2.0) if model.quantization != "none" else 2.0
+    weights = model.parameters * (4.0 if model.dtype == "float32" else bpp)
+    prompt, output = int(_f(row, "prompt_tokens") or 512), max(int(_f(row, "output_tokens") or 128), 1)
+    fit = gpu_fit(weights, 0.0, sku.memory_mib * 2**20, 0.9, tp)
+    held = int(fit.kv_cache // max(kv_token * (prompt + output), 1.0))
+    conc, rate = _f(row, "concurrency"), _f(row, "request_rate")
+    load = Workload(prompt, output, concurrency=conc / replicas if conc else None,
+                    rate=rate / replicas if rate and not conc else None)  # fmt: skip
+    if load.concurrency is None and load.rate is None:
+        return None
+    slots = int(conc / replicas) if engine == "llamacpp" and conc else 0
+    replica = Replica(
+        engine,
+        card(engine).profiles["gpu"],
+        weights,
+        kv_token,
+        model.dtype,
+        max(held, 1),
+        slots,
+        row.get("engine_version", ""),
+    )
+    return Case(row, engine, placement, model, replica, load)
+
+
+def errors(c: Case) -> dict[str, tuple[float, float]]:
+    """metric -> (estimate, measured) for each figure the row has."""
+    e: Estimate = estimate(c.replica, c.placement, c.model, c.load)
+    got = {"ttft": e.ttft_ms, "tpot": e.tpot_ms, "tokens/s": e.tokens_per_second}
+    out = {}
+    for name, col in METRICS:
+        m = _f(c.row, col)
+        if m and m > 0 and math.isfinite(got[name]) and got[name] > 0:
+            out[name] = (got[name], m)
+    return out
+
+
+def log2err(pair: tuple[float, float]) -> float:
+    return abs(math.log2(pair[0] / pair[1]))
+
+
+def summary(cases: list[Case]) -> dict[str, Any]:
+    by_engine: dict[str, list[float]] = defaultdict(list)
+    by_metric: dict[str, list[float]] = defaultdict(list)
+    allv: list[float] = []
+    for c in cases:
+        for metric, pair in errors(c).items():
+            v = log2err(pair)
+            by_engine[c.engine].append(v)
+            by_metric[metric].append(v)
+            allv.append(v)
+    return {"engine": by_engine, "metric": by_metric, "all": allv}
+
+
+def _line(name: str, vals: list[float]) -> str:
+    if not vals:
+        return f"  {name:<14} -"
+    within = sum(v <= 1 for v in vals) / len(vals)
+    return (f"  {name:<14} n={len(vals):<4} median |log2| {statistics.median(vals):.2f}  worst {max(vals):.2f}  "
+            f"within 2x {within:.0%}")  # fmt: skip
+
+
+def rankings(cases: list[Case]) -> tuple[int, int, list[str]]:
+    """Pairs of rows on the same hardware, model and load that differ in engine (or in GPU for the same engine):
+    whether the estimate orders their tokens/s as the measurement does (ties within 5% measured count as agreeing)."""
+    groups: dict[tuple[str, ...], list[tuple[Case, float, float]]] = defaultdict(list)
+    for c in cases:
+        pair = errors(c).get("tokens/s")
+        if pair is None:
+            continue
+        r = c.row
+        load = (r["model"], r["tp"], r["concurrency"], r["request_rate"], r["prompt_tokens"], r["output_tokens"],
+                r["dtype"], r["file"])  # fmt: skip
+        groups[("engine", r["gpu"], *load)].append((c, *pair))
+        groups[("gpu", r["engine"], *load)].append((c, *pair))
+    agree = total = 0
+    bad: list[str] = []
+    for key, items in groups.items():
+        for i, (a, ea, ma) in enumerate(items):
+            for b, eb, mb in items[i + 1 :]:
+                if (key[0] == "engine" and a.engine == b.engine) or (key[0] == "gpu" and a.row["gpu"] == b.row["gpu"]):
+                    continue
+                total += 1
+                if abs(math.log(ma / mb)) < 0.05 or (ea > eb) == (ma > mb):
+                    agree += 1
+                else:
+                    bad.append(f"{a.row['id']} vs {b.row['id']}: measured {ma:.0f} / {mb:.0f}, "
+                               f"estimated {ea:.0f} / {eb:.0f}")  # fmt: skip
+    return agree, total, bad
+
+
+def report(plot: bool = True) -> int:
+    rows = load_rows()
+    cases = [c for r in rows if (c := case(r)) is not None]
+    print(f"{len(rows)} calibration rows ({', '.join(sorted({r['file'] for r in rows}))}); {len(cases)} placed")
+    for label, subset in (("fitted rows (holdout=false)", [c for c in cases if not c.holdout]),
+                          ("held-out rows (holdout=true)", [c for c in cases if c.holdout])):  # fmt: skip
+        s = summary(subset)
+        print(f"{label}: {len(subset)} rows")
+        for engine in sorted(s["engine"]):
+            print(_line(engine, s["engine"][engine]))
+        for metric in ("ttft", "tpot", "tokens/s"):
+            print(_line(metric, s["metric"][metric]))
+        print(_line("all", s["all"]))
+    agree, total, bad = rankings(cases)
+    print(f"rankings (same hardware, model and load; engines against each other and GPUs against each other): "
+          f"{agree}/{total} pairs agree")  # fmt: skip
+    for b in bad[:20]:
+        print("  disagrees: " + b)
+    if plot:
+        _plot(cases)
+    return 0
+
+
+def _plot(cases: list[Case]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(7, 7))
+    marks = {"ttft": "o", "tpot": "s", "tokens/s": "^"}
+    colors = {"vllm": "C0", "sglang": "C1", "tgi": "C2", "llamacpp": "C3", "onnxruntime": "C4", "pytorch": "C5"}
+    for c in cases:
+        for metric, (est, meas) in errors(c).items():
+            ax.scatter(meas, est, marker=marks[metric], c=colors.get(c.engine, "k"), s=18,
+                       facecolors="none" if c.holdout else None, alpha=0.8)  # fmt: skip
+    lo, hi = 1e-1, 1e6
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.plot([lo, hi], [2 * lo, 2 * hi], "k:", lw=0.6)
+    ax.plot([lo, hi], [lo / 2, hi / 2], "k:", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured (ms for TTFT o / TPOT s; tokens/s ^)")
+    ax.set_ylabel("estimated")
+    ax.set_title("workload model vs calibration rows (hollow: held out; dotted: 2x)")
+    for engine, col in colors.items():
+        ax.scatter([], [], c=col, label=engine)
+    ax.legend(loc="upper left")
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(PLOT, dpi=110, bbox_inches="tight")
+    print(f"plot: {PLOT.relative_to(ROOT)}")
+
+
+FIT_GRID = {"prefill": (0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75), "decode": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+            "step_ms": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0), "seq_us": (5.0, 15.0, 50.0, 150.0, 400.0),
+            "layer_us": (0.0, 30.0, 100.0, 250.0, 550.0), "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)}  # fmt: skip
+
+
+def _slot(c: Case) -> tuple[str, str, str]:
+    """(engine, vendor, "" or the older release's cut-off): which efficiency entry of the card rates the row."""
+    from inference_backend.selection.perf import _older
+
+    assert c.placement.gpu is not None
+    vendor = c.placement.gpu.vendor
+    for v, before, _ in card(c.engine).performance.older:
+        if v == vendor and c.replica.version and _older(c.replica.version, before):
+            return (c.engine, vendor, before)
+    return (c.engine, vendor, "")
+
+
+def _get(slot: tuple[str, str, str]) -> Any:
+    perf = card(slot[0]).performance
+    if slot[2]:
+        return next(e for v, b, e in perf.older if (v, b) == slot[1:])
+    return perf.efficiency.get(slot[1])
+
+
+def _set(slot: tuple[str, str, str], eff: Any) -> None:
+    """Swap one efficiency entry on the (frozen) card in place, for the fit's trials."""
+    perf = card(slot[0]).performance
+    if slot[2]:
+        older = tuple((v, b, eff if (v, b) == slot[1:] else e) for v, b, e in perf.older)
+        object.__setattr__(perf, "older", older)
+    else:
+        effs = dict(perf.efficiency)
+        effs[slot[1]] = eff
+        object.__setattr__(perf, "efficiency", effs)
+
+
+def fit() -> int:
+    """Coordinate descent over FIT_GRID, per efficiency entry with rows, on the median |log2| of the non-held-out
+    rows it rates."""
+    cases = [c for r in load_rows() if (c := case(r)) is not None and not c.holdout]
+    groups: dict[tuple[str, str, str], list[Case]] = defaultdict(list)
+    for c in cases:
+        groups[_slot(c)].append(c)
+    for key, group in sorted(groups.items()):
+        eff = _get(key)
+        if eff is None:
+            continue
+
+        def score(e: Any, group: list[Case] = group, key: tuple[str, str, str] = key) -> float:
+            _set(key, e)
+            vals = [log2err(p) for c in group for p in errors(c).values()]
+            return statistics.median(vals) if vals else 0.0
+
+        first = score(eff)
+        best, best_score = eff, first
+        for _ in range(2):
+            for name, grid in FIT_GRID.items():
+                for v in grid:
+                    cand = replace(best, **{name: v})
+                    sc = score(cand)
+                    if sc < best_score - 1e-9:
+                        best, best_score = cand, sc
+        _set(key, best)
+        print(f"{key}: n={len(group)} median |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
+              f"decode {best.decode}, step_ms {best.step_ms}, seq_us {best.seq_us}, layer_us {best.layer_us}, "
+              f"burst {best.burst}")  # fmt: skip
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", choices=("report", "fit"), nargs="?", default="report")
+    ap.add_argument("--no-plot", action="store_true")
+    a = ap.parse_args()
+    return fit() if a.cmd == "fit" else report(not a.no_plot)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""Which data the workload model uses for one placement, and the estimate it gives (pure).
+
+In order of preference (measured beats published beats formula; the estimate's ``source`` names what was used):
+
+1. CPU: the rows measured at the real 7B shape on CPU (engines/profiles_7b.py), in the model's weight format or
+   the nearest measured quantization: prefill rate from the row's TTFT, the decode step and its growth per
+   sequence from its single-stream and concurrent tokens/s, scaled by parameters, weight bytes and cores;
+   float formats without a row: the engine's CPU reference profile, scaled the same way;
+2. vLLM and SGLang on the NVIDIA GPUs aiconfigurator models: the roofline (selection/workload.py) corrected point
+   by point by aiconfigurator's tables (selection/perf_tables.py): the ratio of the table to the roofline at the
+   table's (prompt, concurrency) points, interpolated to the workload's, for the table's model when the model is
+   one of them, else for the table model nearest in parameters on the same GPU;
+3. every other GPU placement: the roofline with the engine's efficiencies on that vendor (selection/perf_data.py,
+   fitted to published measurements).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from inference_backend.decision import Placement, ResolvedModel
+from inference_backend.engines import MeasuredRow, Profile, card
+from inference_backend.engines.card import Efficiency
+from inference_backend.facts.sku import SkuPerf
+from inference_backend.facts.sku_table import PERF
+from inference_backend.memory import QUANT_BYTES
+from inference_backend.selection import perf_tables
+from inference_backend.selection.perf_data import VENDOR_DERATE
+from inference_backend.selection.workload import (
+    Device,
+    Prediction,
+    Shape,
+    Workload,
+    predict,
+)
+
+_FLOAT_FORMATS = frozenset({"float32", "float16", "bfloat16", "f32", "f16", "bf16", "none"})
+_FP8 = frozenset({"fp8"})
+_INT8 = frozenset({"int8"})
+# aiconfigurator system per SKU row (its systems/*.yaml model these parts)
+AIC_SYSTEMS = {"H100-SXM5-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm", "A100-SXM4-80GB": "a100_sxm",
+               "B200-180GB": "b200_sxm", "L40S-48GB": "l40s", "RTX-PRO-6000-96GB": "rtx_pro_6000_server"}  # fmt: skip
+# the table models' shapes (their config.json): parameters, layers, query width, KV heads, head dim
+AIC_MODELS = {
+    "meta-llama/Meta-Llama-3.1-8B": (8.03e9, 32, 4096, 8, 128),
+    "Qwen/Qwen3-32B": (32.8e9, 64, 8192, 8, 128),
+    "meta-llama/Meta-Llama-3.1-70B": (70.6e9, 80, 8192, 8, 128),
+}
+PCIE_LATENCY_S = 25e-6
+"""All-reduce latency over PCIe (no device link): NCCL's ring over the host bridge, about 2.5x its NVLink latency
+(aiconfigurator's p2p_latency 10 us for NVLink systems); an estimate."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A placement as the workload model sees it."""
+
+    engine: str
+    shape: Shape
+    device: Device
+    efficiency: Efficiency
+    cap: float
+    cap_source: str
+    source: str
+
+
+def shape_of(model: ResolvedModel, weights: float, kv_token: float) -> Shape:
+    hidden = model.attention_heads * model.head_dim if model.attention_heads else _hidden(model.rated_parameters,
+                                                                                          model.layers)  # fmt: skip
+    return Shape(float(model.parameters), float(model.rated_parameters), model.layers, hidden, weights, kv_token)
+
+
+def _hidden(parameters: float, layers: int) -> int:
+    """A decoder's width from its size: parameters ~ 12 x layers x hidden^2 (attention 4h^2 + MLP 8h^2)."""
+    return max(256, int(math.sqrt(parameters / (12 * max(layers, 1)))))
+
+
+def compute_format(model: ResolvedModel, serving_dtype: str) -> str:
+    fmt = model.quantization if model.quantization != "none" else serving_dtype
+    return fmt
+
+
+def _flops(perf: SkuPerf, fmt: str) -> tuple[float, str]:
+    if fmt in _FP8 and perf.tflops_fp8:
+        return perf.tflops_fp8 * 1e12, "fp8"
+    if fmt in _INT8 and perf.tops_int8:
+        return perf.tops_int8 * 1e12, "int8"
+    return perf.tflops_16 * 1e12, "16-bit"
+
+
+def gpu_device(placement: Placement, fmt: str) -> Device:
+    gpu = placement.gpu
+    assert gpu is not None
+    n = max(placement.gpus_per_replica, 1)
+    bw = (gpu.bandwidth_gbs or 300) * 1e9
+    perf = PERF.get(gpu.sku)
+    if perf is None:  # an unidentified part or one without a published dense rate: ~150 FLOP per byte (T4 to H100)
+        return Device(n, bw, bw * 150, 16e9, PCIE_LATENCY_S, f"{gpu.product}: no dense rate known, 150 FLOP/byte")
+    flops, kind = _flops(perf, fmt)
+    if gpu.mig:  # a MIG slice: its share of the compute, as of the bandwidth (facts: bandwidth_gbs is the share)
+        flops *= (gpu.bandwidth_gbs or 0) / max(_full_bandwidth(gpu.sku), 1)
+    link = perf.link_gbs * 1e9
+    latency = 10e-6 if perf.link_gbs > 64 else PCIE_LATENCY_S
+    how = (
+        f"{gpu.product}: {gpu.bandwidth_gbs:g} GB/s, {flops / 1e12:g} dense {kind} TFLOPS, link {perf.link_gbs:g} GB/s"
+    )
+    return Device(n, bw, flops, link, latency, how)
+
+
+def _full_bandwidth(sku: str) -> float:
+    from inference_backend.facts.identify import INDEX
+
+    row = INDEX.by_id.get(sku)
+    return float(row.bandwidth_gbs) if row else 0.0
+
+
+def _older(version: str, than: str) -> bool:
+    def nums(v: str) -> tuple[int, ...]:
+        out = []
+        for part in v.split(".")[:3]:
+            digits = "".join(ch for ch in part if ch.isdigit())
+            if not digits:
+                break
+            out.append(int(digits))
+        return tuple(out)
+
+    have = nums(version)
+    return bool(have) and have < nums(than)
+
+
+def efficiency(engine: str, vendor: str, version: str = "") -> tuple[Efficiency, str]:
+    """The engine's efficiencies on ``vendor`` (its card); ``version``: an older release (calibration rows)."""
+    perf = card(engine).performance
+    for v, before, eff in perf.older:
+        if v == vendor and version and _older(version, before):
+            return eff, f"{engine} {version}/{vendor} efficiencies ({eff.source})"
+    own = perf.efficiency.get(vendor)
+    if own is not None:
+        return own, f"{engine}/{vendor} efficiencies ({own.source})"
+    base = perf.efficiency.get("nvidia") or next(iter(perf.efficiency.values()))
+    k = VENDOR_DERATE.get(vendor, 0.5)
+    derated = Efficiency(base.prefill * k, base.decode * k, base.step_ms / k, base.seq_us / k, base.request_ms,
+                         f"its NVIDIA factors x {k} (no {vendor} row)", base.layer_us / k, base.burst)  # fmt: skip
+    return derated, f"{engine}/{vendor} efficiencies ({derated.source})"
+
+
+def batch_cap(engine: str, gpu_memory_bytes: float | None, slots: int) -> tuple[float, str]:
+    """The most sequences one replica of ``engine`` decodes together by default, and its source."""
+    if slots:
+        return float(slots), f"{slots} slots (-np)"
+    perf = card(engine).performance
+    cap = perf.max_sequences
+    if perf.max_sequences_large_gpu and gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * 2**30:
+        cap = perf.max_sequences_large_gpu
+    return (float(cap) if cap else math.inf), perf.max_sequences_source
+
+
+def place_gpu(engine: str, model: ResolvedModel, placement: Placement, weights: float, kv_token: float,
+              serving_dtype: str, held: int, slots: int, version: str = "") -> Placed:  # fmt: skip
+    """``held``: the sequences the replica's KV cache holds at the workload's length; ``version``: an engine
+    release other than the pinned one (calibration rows)."""
+    gpu = placement.gpu
+    assert gpu is not None
+    fmt = compute_format(model, serving_dtype)
+    dev = gpu_device(placement, fmt)
+    eff, eff_how = efficiency(engine, gpu.vendor, version)
+    cap, cap_how = batch_cap(engine, gpu.memory_mib * 2**20, slots)
+    if held < cap:
+        cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"
+    source = f"roofline ({dev.how}) with {eff_how}"
+    return Placed(engine, shape_of(model, weights, kv_token), dev, eff, cap, cap_how, source)
+
+
+def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction:
+    """The roofline, corrected by aiconfigurator's table where one covers the engine and GPU, then the wave of a
+    client that starts its requests together (Efficiency.burst)."""
+    base = predict(p.shape, p.device, p.efficiency, load, p.cap, p.source)
+    alone = predict(p.shape, p.device, p.efficiency, Workload(load.prompt, 1, concurrency=1), p.cap, "").ttft_ms
+    r_ttft = r_tpot = 1.0
+    src = p.source
+    table = _table(p.engine, sku, fmt, p.shape, p.device.n)
+    if table is not None:
+        key, name = table
+        r_ttft, r_tpot = _ratio(key, p.efficiency, load.prompt, base.running)
+        src = (f"aiconfigurator {perf_tables.AICONFIGURATOR_VERSION} table ({key}, database "
+               f"{perf_tables.TABLES[key]['version']}) over the roofline: TTFT x{r_ttft:.2f}, TPOT x{r_tpot:.2f} at "
+               f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})"))  # fmt: skip
+    wait = 0.0
+    if load.concurrency is not None:
+        wait = p.efficiency.burst * max(base.running - 1, 0) / 2 * alone * r_ttft
+    tpot = base.tpot_ms * r_tpot
+    ttft = (base.ttft_ms - base.queued_ms) * r_ttft + wait  # in the batch, before any queue for a place in it
+    ttft95 = (base.ttft_p95_ms - base.queued_ms) * r_ttft + 2 * wait * 0.95
+    if load.concurrency is None:  # a rate: the replica makes what arrives (or all it can, saturated)
+        tps = base.tokens_per_second
+    else:
+        tps = base.running * load.output / max((ttft + (load.output - 1) * tpot) / 1000, 1e-9)
+    queued = 0.0
+    if base.saturated and load.concurrency is not None:  # c users at the rate X: a request takes c / X
+        latency = load.concurrency * load.output / tps * 1000
+        queued = max(latency - (load.output - 1) * tpot - ttft, 0.0)
+    return Prediction(ttft + queued, ttft95 + queued, tpot, tps, base.concurrency, base.running, base.saturated,
+                      src, queued)  # fmt: skip
+
+
+def _table(engine: str, sku: str, fmt: str, shape: Shape, tp: int) -> tuple[str, str] | None:
+    system = AIC_SYSTEMS.get(sku)
+    backend = card(engine).performance.aiconfigurator
+    if system is None or not backend:
+        return None
+    dtype = "fp8" if fmt in _FP8 else ("bfloat16" if fmt in _FLOAT_FORMATS else "")
+    if not dtype:
+        return None
+    best: tuple[float, str, str] | None = None
+    for key in perf_tables.TABLES:
+        b, s, m, d, t = key.split("|")
+        if (b, s, d) != (backend, system, dtype) or m not in AIC_MODELS:
+            continue
+        params, layers, _, _, _ = AIC_MODELS[m]
+        exact = abs(math.log(shape.active / params)) < 0.06 and layers == shape.layers
+        dist = abs(math.log(shape.active / params)) + 0.5 * abs(math.log(tp / int(t))) - (10 if exact else 0)
+        if best is None or dist < best[0]:
+            best = (dist, key, "exact" if exact and int(t) == tp else f"{m} TP{t}")
+    return (best[1], best[2]) if best else None
+
+
+def _ratio(key: str, eff: Efficiency, prompt: int, running: float) -> tuple[float, float]:
+    """The table's TTFT and TPOT over the roofline's, interpolated (inverse distance in log prompt and log
+    concurrency) to this prompt length and running count."""
+    pts = _table_ratios(key, eff)
+    x, y = math.log(max(prompt, 1)), math.log(max(running, 1.0))
+    wsum = a = b = 0.0
+    for lp, lc, rt, rp in pts:
+        d2 = (lp - x) ** 2 + (lc - y) ** 2
+        w = 1.0 / (d2 + 0.05) ** 2
+        wsum, a, b = wsum + w, a + w * rt, b + w * rp
+    return (math.exp(a / wsum), math.exp(b / wsum)) if wsum else (1.0, 1.0)
+
+
+@functools.lru_cache(maxsize=256)
+def _table_ratios(key: str, eff: Efficiency) -> tuple[tuple[float, float, float, float], ...]:
+    _, system, model, _, tp = key.split("|")
+    params, layers, hidden, kv_heads, head_dim = AIC_MODELS[model]
+    sku = next(k for k, v in AIC_SYSTEMS.items() if v == system)
+    perf = PERF[sku]
+    from inference_backend.facts.identify import INDEX
+
+    row = INDEX.by_id[sku]
+    fp8 = "|fp8|" in key
+    bpp = 1.0 if fp8 else 2.0
+    shape = Shape(params, params, layers, hidden, params * bpp, 2 * layers * kv_heads * head_dim * bpp)
+    n = int(tp)
+    flops = (perf.tflops_fp8 if fp8 and perf.tflops_fp8 else perf.tflops_16) * 1e12
+    dev = Device(n, row.bandwidth_gbs * 1e9, flops, perf.link_gbs * 1e9, 10e-6 if perf.link_gbs > 64 else 25e-6)
+    out = []
+    for isl, batch, ttft, tpot, _q in perf_tables.TABLES[key]["points"]:  # type: ignore[attr-defined]
+        p = predict(shape, dev, eff, Workload(int(isl), perf_tables.OSL, concurrency=batch), 1e9, "")
+        out.append((math.log(isl), math.log(batch), math.log(ttft / p.ttft_ms), math.log(tpot / p.tpot_ms)))
+    return tuple(out)
+
+
+# ---- CPU: the measured 7B rows ----
+
+
+def cpu_row(profile: Profile, fmt: str) -> tuple[MeasuredRow | None, bool]:
+    """The row in ``fmt`` (exact), else for a quantized format the quantized row nearest in bytes per parameter."""
+    for row in profile.measured:
+        if row.weights == fmt:
+            return row, True
+    if fmt in _FLOAT_FORMATS or fmt not in QUANT_BYTES:
+        return None, False
+    quantized = [r for r in profile.measured if r.weights not in _FLOAT_FORMATS]
+    if not quantized:
+        return None, False
+    want = QUANT_BYTES[fmt]
+    return min(quantized, key=lambda r: abs(math.log(r.bytes_per_param / want))), False
+
+
+def cpu_placed(engine: str, profile: Profile, model: ResolvedModel, placement: Placement, weights: float,
+               kv_token: float, serving_dtype: str, held: int, slots: int) -> Placed:  # fmt: skip
+    """A CPU replica rated from its engine's measured 7B row: prefill FLOP/s from the row's TTFT, the decode
+    step's memory time and per-sequence time from its tokens/s at concurrency 1 and 8; all scaled by cores."""
+    fmt = compute_format(model, serving_dtype)
+    row, exact = cpu_row(profile, fmt)
+    cores = max(placement.hardware.cpu_millis / 1000, 1)
+    shape = shape_of(model, weights, kv_token)
+    if row is not None:
+        params, row_cores = float(row.parameters), row.cores
+        ttft_ms, prompt = row.ttft_ms, row.prompt_tokens
+        t1, t8 = 1 / row.tokens_per_second_1, 8 / row.tokens_per_second_8
+        row_bytes = row.parameters * row.bytes_per_param
+        kind = "measured row" if exact else f"nearest measured quantization (no {fmt} row)"
+        src = (f"{kind} ({row.parameters / 1e9:.1f}B {row.weights}, {row.cores} cores: TTFT {row.ttft_ms / 1000:.1f} s "
+               f"for {row.prompt_tokens} tokens, {row.tokens_per_second_1:.2f} tokens/s at concurrency 1, "
+               f"{row.tokens_per_second_8:.2f} at 8), scaled to {model.rated_parameters / 1e9:.1f}B and {cores:g} "
+               f"cores; {row.provenance}")  # fmt: skip
+    else:
+        params, row_cores = 7e9, profile.reference_cores
+        ttft_ms, prompt = profile.ttft_ms, 512
+        t8 = 8 / profile.tokens_per_second
+        t1 = t8 / 8 * 2.5  # no single-stream figure: the measured 7B rows decode 1.5-3.4x faster per stream at 8
+        row_bytes = 7e9 * profile.bytes_per_param
+        src = (f"scaled from the cpu reference profile (7B, {profile.bytes_per_param:g} bytes per parameter; no row "
+               f"measured in this weight format); {profile.provenance.split(';')[0]}")  # fmt: skip
+    flops = 2 * params * prompt / (ttft_ms / 1000) * cores / row_cores
+    c1 = 2 * params / flops * cores / row_cores  # compute of one token on the row's cores
+    mem, seq = _split_decode(t1, t8, c1)
+    bandwidth = row_bytes / mem * cores / row_cores
+    scale = model.rated_parameters / params
+    eff = Efficiency(1.0, 1.0, 0.0, seq * 1e6 * scale * row_cores / cores, 0.0, src)
+    dev = Device(1, bandwidth, flops, 0.0, 0.0, f"{cores:g} cores")
+    cap, cap_how = batch_cap(engine, None, slots)
+    if held < cap:
+        cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"
+    return Placed(engine, shape, dev, eff, cap, cap_how, src)
+
+
+def _split_decode(t1: float, t8: float, c1: float) -> tuple[float, float]:
+    """(memory time of one step, time per sequence) that reproduce the step at 1 and 8 sequences:
+    step(b) = max(memory, b x c1) + b x seq."""
+    seq = (t8 - t1) / 7
+    mem = t1 - seq
+    if mem < 8 * c1:  # compute-bound at 8
+        seq = max((t8 - 8 * c1) / 8, 0.0)
+        mem = max(t1 - seq, c1)
+    return max(mem, 1e-6), max(seq, 0.0)
