@@ -78,7 +78,8 @@ def _post(url: str, prompt: list[int], max_tokens: int, timeout: float = 3600) -
     return time.monotonic() - t, int(r.json()["usage"]["completion_tokens"])
 
 
-def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int = PROMPT) -> dict[str, Any]:
+def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int = PROMPT,
+                   concurrencies: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
     _post(url, _ids(8, 0, vocab), 2)  # warm-up: pages the weights in
     ttft, _ = _post(url, _ids(prompt, 1, vocab), 1)
     one, _ = _post(url, _ids(8, 2, vocab), 1)
@@ -91,7 +92,14 @@ def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int
     with ThreadPoolExecutor(8) as pool:
         done = list(pool.map(lambda p: _post(url, p, gen), jobs))
     wall8 = time.monotonic() - t
-    return {
+    at = {}
+    for c in concurrencies:  # more loads: c requests of GEN tokens sent at once, aggregate tokens/s
+        jobs = [_ids(8, 100 * c + i, vocab) for i in range(c)]
+        t = time.monotonic()
+        with ThreadPoolExecutor(c) as pool:
+            done_c = list(pool.map(lambda p: _post(url, p, gen), jobs))
+        at[str(c)] = round(sum(k for _, k in done_c) / (time.monotonic() - t), 3)
+    return {"tokensPerSecondAt": at} | {
         "ttftMs": round(ttft * 1000, 1), "promptTokens": prompt,
         "tokensPerSecond1": round((n - 1) / max(full - one, 1e-9), 3), "generated": gen,
         "tokensPerSecond8": round(sum(k for _, k in done) / wall8, 3),
@@ -116,7 +124,8 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 1
     raise TimeoutError(log.read_text(errors="replace")[-3000:])
 
 
-def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: bool) -> dict[str, Any]:
+def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: bool,
+           concurrencies: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
     port = int(argv[argv.index("--port") + 1])
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as fh:
@@ -126,7 +135,7 @@ def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: boo
         _wait(url, proc, log)
         loaded = time.monotonic() - t
         small_runner = small and any(a.startswith("inference_backend.runners.") for a in argv)
-        out = measure_server(url, proc.pid, gen, *((320, 128) if small_runner else (VOCAB, PROMPT)))
+        out = measure_server(url, proc.pid, gen, *((320, 128) if small_runner else (VOCAB, PROMPT)), concurrencies)
         out["loadSeconds"] = round(loaded, 1)
         return out
     finally:
@@ -284,7 +293,7 @@ def _machine() -> dict[str, Any]:
 
 
 def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, out: Path, small: bool,
-            build_memory: int = 17 * 2**30) -> dict[str, Any]:  # fmt: skip
+            build_memory: int = 17 * 2**30, concurrencies: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"rows": {}}
     machine = _machine()
     work.mkdir(parents=True, exist_ok=True)
@@ -308,7 +317,7 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
         print(f">> {name}: {' '.join(argv)}", flush=True)
         load = Path("/proc/loadavg").read_text().split()[0]
         try:
-            row = _serve(argv, work / f"{name}.log", env, gen, small)
+            row = _serve(argv, work / f"{name}.log", env, gen, small, concurrencies)
         except Exception as exc:  # keep the other configurations' rows; say what failed
             row = {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
         # other work on the machine slows the run: the 1-minute load average before and after it
@@ -345,6 +354,8 @@ def derive(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             "weights": r["weights"], "parameters": r["parameters"], "bytes_per_param": r["bytesPerParam"],
             "cores": r["threads"], "prompt_tokens": r["promptTokens"], "ttft_ms": r["ttftMs"],
             "tokens_per_second_1": r["tokensPerSecond1"], "tokens_per_second_8": r["tokensPerSecond8"],
+            "tokens_per_second_at": [[int(c), v] for c, v in sorted(r.get("tokensPerSecondAt", {}).items(),
+                                                                    key=lambda kv: int(kv[0]))],
             "peak_rss_gib": round(r["peakRssBytes"] / 2**30, 2),
             "provenance": (f"measured: {machine['cpu']}, {r['threads']} threads; random Llama-2-7B shape "
                            f"({r['parameters'] / 1e9:.2f}B, {r['weights']}); {r['version']}; {r['date'][:10]}; "
@@ -374,6 +385,8 @@ def main() -> int:
     m.add_argument("--work", type=Path, default=Path("/tmp/ib-profiles-7b"))
     m.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     m.add_argument("--gen", type=int, default=16, help="output tokens per request in the tokens/s steps")
+    m.add_argument("--concurrency", default="", help="more loads besides 1 and 8, e.g. 4,16: aggregate tokens/s of "
+                   "that many requests sent at once (the workload model's batch growth)")  # fmt: skip
     m.add_argument("--keep", action="store_true", help="keep the models (else each is deleted after its run)")
     m.add_argument("--out", type=Path, default=RESULTS)
     m.add_argument("--small", action="store_true", help="tiny shapes instead of 7B: a smoke test of this script")
@@ -384,7 +397,8 @@ def main() -> int:
     a = p.parse_args()
     if a.cmd == "measure":
         memory = int(a.max_build_memory_gib * 2**30)
-        measure(a.configs.split(","), a.work, a.threads, a.gen, a.keep, a.out, a.small, memory)
+        extra = tuple(int(c) for c in a.concurrency.split(",") if c)
+        measure(a.configs.split(","), a.work, a.threads, a.gen, a.keep, a.out, a.small, memory, extra)
         return 0
     text = render_module(derive(json.loads(RESULTS.read_text())))
     return write_or_check(MODULE, text, a.check, "python -m bench.profiles_7b write")

@@ -29,3 +29,22 @@ runners-test: llama-server
 .PHONY: profiles
 profiles: venv
 	$(PY) -m bench.profiles
+
+# The workload model against the calibration set (tests/data/perf-calibration/): per-engine median and worst
+# |log2(estimate / measured)|, held-out rows apart, % within 2x, whether engines and GPUs rank as measured, and
+# bench/results/perf-model.png (docs/engine-profiles.md). `make bench-model-fit` prints the factors that fit.
+.PHONY: bench-model bench-model-fit perf-tables aiconfigurator-venv
+bench-model: venv
+	$(PY) -m bench.perf_model report
+
+bench-model-fit: venv
+	$(PY) -m bench.perf_model fit
+
+# The aiconfigurator venv ($(IB_CACHE)/venv-aiconfigurator-0.12.0, built when absent) and the tables generated from
+# it (bench/results/aiconfigurator.json -> operator/inference_backend/selection/perf_tables.py; resumable).
+aiconfigurator-venv:
+	hack/aiconfigurator-venv
+
+perf-tables: venv aiconfigurator-venv
+	nice -n 10 $(IB_CACHE)/venv-aiconfigurator-0.12.0/bin/python hack/perf_tables.py generate
+	$(PY) hack/perf_tables.py write

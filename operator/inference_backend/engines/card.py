@@ -40,6 +40,9 @@ class MeasuredRow:
     peak_rss_gib: float
     provenance: str
     """"measured: <hardware, model shape, engine version, date, command>"."""
+    tokens_per_second_at: tuple[tuple[int, float], ...] = ()
+    """(concurrency, aggregate output tokens/s) at further loads (``--concurrency 4,16``): the batch growth the
+    workload model reads besides concurrency 1 and 8."""
 
 
 @dataclass(frozen=True)

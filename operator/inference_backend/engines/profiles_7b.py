@@ -23,6 +23,7 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "provenance": "measured: Intel(R) Xeon(R) Processor, 2 threads; random Llama-2-7B shape (6.74B, q4_k_m); llama-server 0.5.0-dev (build 11312, commit 0c1e57098); 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4,onnx-int4-generator,llamacpp-q8_0,llamacpp-q4_k_m,pytorch-bf16 --gen 16` (llamacpp-q4_k_m: -m llama2-7b-q4_k_m.gguf --host 127.0.0.1 --port 35865 -t 2 -np 8 -c 5120 --alias m); other work on the machine: 1-minute load average 1.83 before, 1.85 after",
             "tokens_per_second_1": 2.781,
             "tokens_per_second_8": 4.821,
+            "tokens_per_second_at": [],
             "ttft_ms": 43439.7,
             "weights": "q4_k_m"
         },
@@ -35,6 +36,7 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "provenance": "measured: Intel(R) Xeon(R) Processor, 2 threads; random Llama-2-7B shape (6.74B, q8_0); llama-server 0.5.0-dev (build 11312, commit 0c1e57098); 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4,onnx-int4-generator,llamacpp-q8_0,llamacpp-q4_k_m,pytorch-bf16 --gen 16` (llamacpp-q8_0: -m llama2-7b-q8_0.gguf --host 127.0.0.1 --port 46733 -t 2 -np 8 -c 5120 --alias m); other work on the machine: 1-minute load average 1.61 before, 1.99 after",
             "tokens_per_second_1": 1.445,
             "tokens_per_second_8": 3.952,
+            "tokens_per_second_at": [],
             "ttft_ms": 87339.9,
             "weights": "q8_0"
         }
@@ -49,6 +51,7 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "provenance": "measured: Intel(R) Xeon(R) Processor, 2 threads; random Llama-2-7B shape (6.74B, int4); inference-backend ONNX server, onnxruntime 1.32.0, onnxruntime-genai 0.18.0; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4,onnx-int4-generator --gen 16` (onnx-int4: -m inference_backend.runners.onnx --model ib-bench-llama2-7b-genai-int4 --served-model-name m --host 127.0.0.1 --port 45865 --threads 2 --batching continuous); other work on the machine: 1-minute load average 0.2 before, 1.57 after",
             "tokens_per_second_1": 3.063,
             "tokens_per_second_8": 7.681,
+            "tokens_per_second_at": [],
             "ttft_ms": 47162.6,
             "weights": "int4"
         }
@@ -63,6 +66,7 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
             "provenance": "measured: Intel(R) Xeon(R) Processor, 2 threads; random Llama-2-7B shape (6.74B, bfloat16); inference-backend pytorch runner, torch 2.15.0+cu132; 2026-12-05; `python -m bench.profiles_7b measure --configs onnx-int4,onnx-int4-generator,llamacpp-q8_0,llamacpp-q4_k_m,pytorch-bf16 --gen 16` (pytorch-bf16: -m inference_backend.runners.pytorch --model ib-bench-llama2-7b-bfloat16 --served-model-name m --host 127.0.0.1 --port 44929 --dtype bfloat16 --threads 2); other work on the machine: 1-minute load average 1.47 before, 1.76 after",
             "tokens_per_second_1": 1.667,
             "tokens_per_second_8": 5.701,
+            "tokens_per_second_at": [],
             "ttft_ms": 10673.7,
             "weights": "bfloat16"
         }
@@ -72,4 +76,5 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
 
 
 def measured_rows(engine: str) -> tuple[MeasuredRow, ...]:
-    return tuple(MeasuredRow(**row) for row in MEASURED_7B_CPU.get(engine, []))
+    return tuple(MeasuredRow(**(row | {"tokens_per_second_at": tuple(tuple(p) for p in row.get("tokens_per_second_at", []))}))
+                 for row in MEASURED_7B_CPU.get(engine, []))  # fmt: skip

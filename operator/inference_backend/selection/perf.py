@@ -289,7 +289,9 @@ def cpu_placed(engine: str, profile: Profile, model: ResolvedModel, placement: P
     if row is not None:
         params, row_cores = float(row.parameters), row.cores
         ttft_ms, prompt = row.ttft_ms, row.prompt_tokens
-        t1, t8 = 1 / row.tokens_per_second_1, 8 / row.tokens_per_second_8
+        t1 = 1 / row.tokens_per_second_1
+        hi, tps_hi = max(((8, row.tokens_per_second_8), *row.tokens_per_second_at), key=lambda p: p[0])
+        t8 = hi / tps_hi
         row_bytes = row.parameters * row.bytes_per_param
         kind = "measured row" if exact else f"nearest measured quantization (no {fmt} row)"
         src = (f"{kind} ({row.parameters / 1e9:.1f}B {row.weights}, {row.cores} cores: TTFT {row.ttft_ms / 1000:.1f} s "
@@ -306,7 +308,7 @@ def cpu_placed(engine: str, profile: Profile, model: ResolvedModel, placement: P
                f"measured in this weight format); {profile.provenance.split(';')[0]}")  # fmt: skip
     flops = 2 * params * prompt / (ttft_ms / 1000) * cores / row_cores
     c1 = 2 * params / flops * cores / row_cores  # compute of one token on the row's cores
-    mem, seq = _split_decode(t1, t8, c1)
+    mem, seq = _split_decode(t1, t8, c1, hi if row is not None else 8)
     bandwidth = row_bytes / mem * cores / row_cores
     scale = model.rated_parameters / params
     eff = Efficiency(1.0, 1.0, 0.0, seq * 1e6 * scale * row_cores / cores, 0.0, src)
@@ -317,12 +319,12 @@ def cpu_placed(engine: str, profile: Profile, model: ResolvedModel, placement: P
     return Placed(engine, shape, dev, eff, cap, cap_how, src)
 
 
-def _split_decode(t1: float, t8: float, c1: float) -> tuple[float, float]:
-    """(memory time of one step, time per sequence) that reproduce the step at 1 and 8 sequences:
-    step(b) = max(memory, b x c1) + b x seq."""
-    seq = (t8 - t1) / 7
+def _split_decode(t1: float, t8: float, c1: float, hi: int = 8) -> tuple[float, float]:
+    """(memory time of one step, time per sequence) that reproduce the step at 1 and ``hi`` sequences (the
+    highest measured concurrency): step(b) = max(memory, b x c1) + b x seq."""
+    seq = (t8 - t1) / (hi - 1)
     mem = t1 - seq
-    if mem < 8 * c1:  # compute-bound at 8
-        seq = max((t8 - 8 * c1) / 8, 0.0)
+    if mem < hi * c1:  # compute-bound at hi
+        seq = max((t8 - hi * c1) / hi, 0.0)
         mem = max(t1 - seq, c1)
     return max(mem, 1e-6), max(seq, 0.0)
