@@ -165,11 +165,11 @@ def render(doc: dict[str, Any]) -> str:
         "",
         "from __future__ import annotations",
         "",
-        f"AICONFIGURATOR_VERSION = {VERSION!r}",
-        f"PROVENANCE = {prov['tool']!r}",
+        "# fmt: off",
+        f"AICONFIGURATOR_VERSION = {json.dumps(VERSION)}",
+        f"PROVENANCE = {json.dumps(prov['tool'])}",
         f"OSL = {OSL}",
         "",
-        "# fmt: off",
         "TABLES: dict[str, dict[str, object]] = {",
     ]
     for key in sorted(tables):

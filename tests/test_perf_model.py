@@ -7,10 +7,11 @@ import statistics
 
 from bench import perf_model
 
-# The bounds this code meets (docs/engine-profiles.md, "Measured error"); the issue's targets are a median
-# |log2| of 0.32 and 90% of the figures within 2x.
-MEDIAN = {"fitted": 0.45, "held-out": 0.55}
-WITHIN_2X = {"fitted": 0.75, "held-out": 0.70}
+# The bounds this code meets with a small margin (docs/engine-profiles.md, "Calibration set and measured error":
+# median 0.35 / 0.39, 77% / 78% within 2x when written). The issue's targets, a median |log2| of 0.32 and 90% of
+# the figures within 2x, are not met yet; the doc says where the model misses.
+MEDIAN = {"fitted": 0.40, "held-out": 0.45}
+WITHIN_2X = {"fitted": 0.72, "held-out": 0.72}
 
 
 def _cases() -> dict[str, list[perf_model.Case]]:
@@ -38,3 +39,32 @@ def test_the_model_error_is_bounded_on_fitted_and_held_out_rows() -> None:
 def test_engines_and_gpus_rank_as_measured_in_most_pairs() -> None:
     agree, total, bad = perf_model.rankings([c for cs in _cases().values() for c in cs])
     assert total >= 20 and agree / total >= 0.8, bad
+
+
+def test_70b_on_h100_at_a_published_saturated_load_plans_the_gpus_the_throughput_implies() -> None:
+    """Llama-3.1-70B bf16 on 4x H100, vLLM 0.6.0 saturated (SGLang's v0.6.0 benchmark, offline: 5,000 ShareGPT
+    prompts at once): 3,701 output tokens/s per replica. A service asking 10x that needs 10 such replicas, 40 GPUs;
+    the plan's GPU count is within 1.5x of it. (ShareGPT's prompts average about 220 tokens; the row states only
+    the output length.) At LLM-Inference-Bench's unsaturated batch of 64 (2,184 tokens/s, mid-2024 vLLM) the model
+    is about 2x more optimistic: docs/engine-profiles.md."""
+    from ib_testkit.factories import MODELS, cluster, node, spec
+    from inference_backend.selection import select
+
+    row = next(r for r in perf_model.load_rows() if r["id"] == "sglang060-vllm-h100x4-llama31-70b-sharegpt-offline")
+    published = float(row["output_tokens_per_s"])
+    implied = 10 * int(row["tp"])
+    objectives = {"tokensPerSecond": int(10 * published), "promptTokens": 220,
+                  "outputTokens": round(float(row["output_tokens"]))}  # fmt: skip
+    s = spec(model={"modelRef": "llama-3-1-70b"}, backend="vllm", replicas=1, objectives=objectives)
+    d = select(s, cluster(node("h100-a", "h100", 8, cpu="192", memory="1900Gi")), MODELS)
+    assert d.placement is not None and d.plan is not None
+    gpus = d.placement.gpus_per_replica * d.plan.replicas
+    assert implied / 1.5 <= gpus <= implied * 1.5, (gpus, d.reasons)
+
+
+def test_mi300x_and_tgi_rank_as_the_published_rows_rank_them() -> None:
+    """Pairs of rows on the same model and load where one side is an MI300X (against another GPU, same engine) or
+    TGI (against another engine, same GPU): the estimate orders their tokens/s as the measurement does."""
+    cases = [c for cs in _cases().values() for c in cs]
+    agree, total, bad = perf_model.rankings(cases, involving=("AMD_Instinct_MI300X_OAM", "tgi"))
+    assert total >= 5 and agree / total >= 0.8, bad

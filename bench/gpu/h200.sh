@@ -6,7 +6,8 @@
 # of the device and the batch-1 decode bound it implies. Every step has a time budget; a step that cannot run is
 # skipped with its reason in the results. Results (JSON, PNG, log) go to $OUT (default ./gpu-results).
 #
-#   bench/gpu/h200.sh             the full run (budget BUDGET_S=480 s for the harness, ~9 min in all)
+#   bench/gpu/h200.sh             the full run (budget BUDGET_S=480 s for the harness, ~9 min in all, then the
+#                                 calibration rows of vLLM, SGLang, our runners and llama.cpp at 1, 4, 16)
 #   bench/gpu/h200.sh --reduced   the same harness end to end on CPU: the tiny bench model, CPU providers, the
 #                                 CPU llama.cpp build of hack/build-llama-server (make bench-gpu-reduced)
 #
@@ -70,5 +71,18 @@ mkdir -p "$work"
 timeout -k 15 $((budget + 60)) "$PY" -m bench.engine_profiles "${args[@]}" --out "$OUT" --work "$work" \
   --budget-s "$budget"
 rc=$?
+
+# 3. calibration rows (bench/gpu/calibration_rows.py): vLLM and SGLang served on the same bf16 checkpoint where their
+#    packages are installed, measured at concurrency 1, 4 and 16, plus the harness's rows of our runners and
+#    llama-server; copy $OUT/measured-gpu.csv to tests/data/perf-calibration/ and run `make bench-model-fit`
+#    (measured rows are preferred to published ones for their engine and vendor).
+model_dir="$(find "$work" -maxdepth 3 -name config.json -path '*llama2-7b*' -printf '%h\n' 2>/dev/null | head -1)"
+if [[ $mode == full && -n "$model_dir" ]]; then
+  timeout -k 15 "${CALIBRATION_BUDGET_S:-1200}" "$PY" -m bench.gpu.calibration_rows --results "$OUT/$label.json" \
+    --model "$model_dir" --out "$OUT/measured-gpu.csv" || echo "!! calibration rows failed ($?)"
+elif [[ $mode == reduced ]]; then
+  "$PY" -m bench.gpu.calibration_rows --results "$OUT/$label.json" --model "${model_dir:-/nonexistent}" \
+    --engines "" --gpu cpu --out "$OUT/measured-gpu.csv" || echo "!! calibration rows failed ($?)"
+fi
 echo ">> bench/gpu/h200.sh $mode finished with $rc at $(date -u +%FT%TZ); results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $rc

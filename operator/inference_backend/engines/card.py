@@ -111,6 +111,11 @@ class Performance:
     """On GPUs of 70 GiB or more, when the default differs there (vLLM)."""
     aiconfigurator: str = ""
     """aiconfigurator's name for the engine where it ships tables for it (selection/perf_tables.py), else ""."""
+    step_tokens: int = 0
+    """The most tokens (decoding sequences + prompt chunks) one step carries by default; 0: no such budget."""
+    step_tokens_large_gpu: int = 0
+    """The same on GPUs of 70 GiB or more, when it differs there (vLLM)."""
+    step_tokens_source: str = ""
 
 
 Signal = Literal["queueDepth", "runningRequests", "kvCacheUsage", "ttft"]

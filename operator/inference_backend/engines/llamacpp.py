@@ -252,7 +252,7 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.35, 0.60, 2.0, 400.0, 5.0, FITTED + " (llama-bench on A100 and H100: LLM-Inference-Bench rows)"
+            0.25, 0.60, 2.0, 400.0, 5.0, FITTED + " (llama-bench on A100 and H100: LLM-Inference-Bench rows)"
         ),
         "amd": Efficiency(
             0.15, 0.30, 8.0, 400.0, 5.0, FITTED + " (llama-bench HIP on MI300X: LLM-Inference-Bench rows)"
@@ -260,6 +260,8 @@ PERFORMANCE = Performance(
     },
     max_sequences=0,
     max_sequences_source="its slots (-np), each a full context (selection/options.py)",
+    step_tokens=2048,
+    step_tokens_source="llama-server -b (n_batch) default 2048 (common/arg.cpp)",
 )
 
 CARD = EngineCard(

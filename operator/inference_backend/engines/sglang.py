@@ -217,7 +217,7 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.35, 0.70, 1.0, 15.0, 8.0, _AIC_FIT, 0.0, 0.3),
+        "nvidia": Efficiency(0.75, 0.70, 1.0, 50.0, 8.0, _AIC_FIT, 0.0, 0.3),
         "amd": Efficiency(
             0.30, 0.30, 1.0, 400.0, 10.0, "assumed as ROCm vLLM's (no published SGLang row on AMD)", 0.0, 0.5
         ),
@@ -225,6 +225,9 @@ PERFORMANCE = Performance(
     max_sequences=0,
     max_sequences_source="SGLang's max_running_requests defaults to what its KV pool holds (server_args.py)",
     aiconfigurator="sglang",
+    step_tokens=8192,
+    step_tokens_source="SGLang chunked_prefill_size default on 80 GB-class GPUs (server_args.py: 8192; 2048-4096 "
+    "on smaller ones)",
 )
 
 CARD = EngineCard(

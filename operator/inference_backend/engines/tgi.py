@@ -174,7 +174,7 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.55,
+            0.45,
             0.70,
             0.5,
             150.0,
@@ -185,28 +185,30 @@ PERFORMANCE = Performance(
             100.0,
             0.1,
         ),
-        "amd": Efficiency(0.45, 0.30, 2.0, 400.0, 10.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 0.0, 0.5),
-        "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, FITTED + " (tgi-gaudi, MLPerf Inference 4.0 rows)"),
+        "amd": Efficiency(0.45, 0.30, 4.0, 400.0, 40.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 550.0, 0.5),
+        "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: one MLPerf 4.0 tgi-gaudi row, too few to fit"),
     },
     older=(
         (
             "nvidia",
             "1.1",
             Efficiency(
-                0.35,
+                0.25,
                 0.70,
-                0.5,
+                1.0,
                 400.0,
                 10.0,
                 FITTED + " (TGI 1.0.3 on SageMaker: no CUDA "
                 "graphs before TGI 1.1, kernels launched from Python per layer)",
                 550.0,
-                0.1,
+                0.2,
             ),
         ),
     ),
     max_sequences=0,
     max_sequences_source="TGI batches what max_batch_total_tokens (its KV budget) holds (launcher main.rs)",
+    step_tokens=4096,
+    step_tokens_source="TGI max_batch_prefill_tokens default 4096 (launcher main.rs)",
 )
 
 CARD = EngineCard(

@@ -268,16 +268,16 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.55, 0.70, 0.5, 150.0, 8.0, _AIC_FIT, 100.0, 0.1),
+        "nvidia": Efficiency(0.45, 0.70, 0.5, 150.0, 20.0, _AIC_FIT, 100.0, 0.1),
         "amd": Efficiency(
-            0.35,
+            0.75,
             0.30,
             1.0,
             400.0,
             10.0,
             FITTED + " (ROCm vLLM 0.4-0.6 on MI300X: LLM-Inference-Bench, MLPerf 4.1, dstack, Oracle rows)",
             0.0,
-            0.5,
+            0.0,
         ),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: the vLLM Gaudi fork has no published row here"),
     },
@@ -286,6 +286,10 @@ PERFORMANCE = Performance(
     max_sequences_source="vLLM max_num_seqs default (vllm/engine/arg_utils.py EngineArgs._set_default_args: 1024 on "
     "GPUs of 70 GiB or more, else 256)",
     aiconfigurator="vllm",
+    step_tokens=2048,
+    step_tokens_large_gpu=8192,
+    step_tokens_source="vLLM max_num_batched_tokens default for the OpenAI server (EngineArgs._set_default_args: "
+    "8192 on GPUs of 70 GiB or more, else 2048)",
 )
 
 CARD = EngineCard(

@@ -28,7 +28,7 @@ from inference_backend.quantity import gib
 from inference_backend.selection.estimate import Estimate, Replica, estimate
 from inference_backend.selection.hardware import UsableClass
 from inference_backend.selection.perf_data import PRICE_PER_GPU_HOUR
-from inference_backend.selection.planning import cpu_host, gpu_host, plan_load, tokens_per_sequence
+from inference_backend.selection.planning import cpu_host, gpu_host, plan_load, tokens_per_sequence, workload
 
 MIB = 2**20
 
@@ -141,8 +141,12 @@ def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, place
     full = int(fit.kv_cache // max(sz.kv_token * model.context_length, 1.0))
     # slot engines: every slot holds a full context, and requests beyond the slots queue
     sequences = sz.slots or int(fit.kv_cache // max(sz.kv_token * sz.tokens, 1.0))
-    replica = Replica(engine, card(engine).profiles[accelerator], fit.weights, sz.kv_token, sz.dtype, sequences,
-                      sz.slots)  # fmt: skip
+    # in steady state a request holds its prompt and half its output on average (KV pages are allocated as it
+    # decodes): what the engine keeps running at once; the plan sizes replicas by the full length (``sequences``)
+    prompt, output = workload(spec)
+    running = sz.slots or int(fit.kv_cache // max(sz.kv_token * (prompt + output / 2), 1.0))
+    replica = Replica(engine, card(engine).profiles[accelerator], fit.weights, sz.kv_token, sz.dtype,
+                      max(running, sequences), sz.slots)  # fmt: skip
     lp = plan_load(spec, sequences, lambda w: estimate(replica, placement, model, w))
     plan = Plan(sz.tokens, sequences, lp.replicas, sz.slots)
     out_notes = list(notes)

@@ -64,6 +64,8 @@ class Placed:
     cap: float
     cap_source: str
     source: str
+    budget: float = math.inf
+    """Tokens one step carries (the engine's default prefill budget)."""
 
 
 def shape_of(model: ResolvedModel, weights: float, kv_token: float) -> Shape:
@@ -170,20 +172,29 @@ def place_gpu(engine: str, model: ResolvedModel, placement: Placement, weights: 
     if held < cap:
         cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"
     source = f"roofline ({dev.how}) with {eff_how}"
-    return Placed(engine, shape_of(model, weights, kv_token), dev, eff, cap, cap_how, source)
+    budget = step_budget(engine, gpu.memory_mib * 2**20)
+    return Placed(engine, shape_of(model, weights, kv_token), dev, eff, cap, cap_how, source, budget)
+
+
+def step_budget(engine: str, gpu_memory_bytes: float) -> float:
+    perf = card(engine).performance
+    tokens = perf.step_tokens
+    if perf.step_tokens_large_gpu and gpu_memory_bytes >= 70 * 2**30:
+        tokens = perf.step_tokens_large_gpu
+    return float(tokens) if tokens else math.inf
 
 
 def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction:
     """The roofline, corrected by aiconfigurator's table where one covers the engine and GPU, then the wave of a
     client that starts its requests together (Efficiency.burst)."""
-    base = predict(p.shape, p.device, p.efficiency, load, p.cap, p.source)
+    base = predict(p.shape, p.device, p.efficiency, load, p.cap, p.source, p.budget)
     alone = predict(p.shape, p.device, p.efficiency, Workload(load.prompt, 1, concurrency=1), p.cap, "").ttft_ms
     r_ttft = r_tpot = 1.0
     src = p.source
     table = _table(p.engine, sku, fmt, p.shape, p.device.n)
     if table is not None:
         key, name = table
-        r_ttft, r_tpot = _ratio(key, p.efficiency, load.prompt, base.running)
+        r_ttft, r_tpot = _ratio(key, p.efficiency, load.prompt, base.running, p.budget)
         src = (f"aiconfigurator {perf_tables.AICONFIGURATOR_VERSION} table ({key}, database "
                f"{perf_tables.TABLES[key]['version']}) over the roofline: TTFT x{r_ttft:.2f}, TPOT x{r_tpot:.2f} at "
                f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})"))  # fmt: skip
@@ -226,10 +237,10 @@ def _table(engine: str, sku: str, fmt: str, shape: Shape, tp: int) -> tuple[str,
     return (best[1], best[2]) if best else None
 
 
-def _ratio(key: str, eff: Efficiency, prompt: int, running: float) -> tuple[float, float]:
+def _ratio(key: str, eff: Efficiency, prompt: int, running: float, budget: float) -> tuple[float, float]:
     """The table's TTFT and TPOT over the roofline's, interpolated (inverse distance in log prompt and log
     concurrency) to this prompt length and running count."""
-    pts = _table_ratios(key, eff)
+    pts = _table_ratios(key, eff, budget)
     x, y = math.log(max(prompt, 1)), math.log(max(running, 1.0))
     wsum = a = b = 0.0
     for lp, lc, rt, rp in pts:
@@ -240,7 +251,7 @@ def _ratio(key: str, eff: Efficiency, prompt: int, running: float) -> tuple[floa
 
 
 @functools.lru_cache(maxsize=256)
-def _table_ratios(key: str, eff: Efficiency) -> tuple[tuple[float, float, float, float], ...]:
+def _table_ratios(key: str, eff: Efficiency, budget: float) -> tuple[tuple[float, float, float, float], ...]:
     _, system, model, _, tp = key.split("|")
     params, layers, hidden, kv_heads, head_dim = AIC_MODELS[model]
     sku = next(k for k, v in AIC_SYSTEMS.items() if v == system)
@@ -256,7 +267,7 @@ def _table_ratios(key: str, eff: Efficiency) -> tuple[tuple[float, float, float,
     dev = Device(n, row.bandwidth_gbs * 1e9, flops, perf.link_gbs * 1e9, 10e-6 if perf.link_gbs > 64 else 25e-6)
     out = []
     for isl, batch, ttft, tpot, _q in perf_tables.TABLES[key]["points"]:  # type: ignore[attr-defined]
-        p = predict(shape, dev, eff, Workload(int(isl), perf_tables.OSL, concurrency=batch), 1e9, "")
+        p = predict(shape, dev, eff, Workload(int(isl), perf_tables.OSL, concurrency=batch), 1e9, "", budget)
         out.append((math.log(isl), math.log(batch), math.log(ttft / p.ttft_ms), math.log(tpot / p.tpot_ms)))
     return tuple(out)
 

@@ -166,10 +166,13 @@ def _state(shape: Shape, dev: Device, eff: Efficiency, running: float, prompt: i
     return _State(step, own, prefill, ttft, ttft95, rate)
 
 
-def predict(shape: Shape, dev: Device, eff: Efficiency, load: Workload, batch_cap: float, source: str) -> Prediction:
-    """TTFT (p50, p95), TPOT and output tokens/s of one replica at ``load``; ``batch_cap``: most sequences it runs."""
-    cap = max(batch_cap, 1.0)
+def predict(shape: Shape, dev: Device, eff: Efficiency, load: Workload, batch_cap: float, source: str,
+            budget: float = math.inf) -> Prediction:  # fmt: skip
+    """TTFT (p50, p95), TPOT and output tokens/s of one replica at ``load``; ``batch_cap``: most sequences it runs;
+    ``budget``: most tokens one step carries (decoding sequences + prompt tokens: vLLM's max_num_batched_tokens),
+    which bounds the sequences in flight to ``budget x O / (P + O)`` (each needs P / O prompt tokens per step)."""
     prompt, output = max(load.prompt, 1), max(load.output, 1)
+    cap = max(min(batch_cap, budget * output / (prompt + output)), 1.0)
     if load.concurrency is None and load.rate is not None:
         return _open_loop(shape, dev, eff, load, cap, source)
     c = max(load.concurrency or 1.0, 1.0)
