@@ -252,7 +252,15 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.25, 0.60, 2.0, 400.0, 5.0, FITTED + " (llama-bench on A100 and H100: LLM-Inference-Bench rows)"
+            0.55,
+            0.90,
+            2.0,
+            50.0,
+            20.0,
+            FITTED + " (llama-bench on A100, H100, L40S, A40, RTX A6000/6000 Ada: LLM-Inference-Bench and "
+            "llmgpubench rows)",
+            550.0,
+            0.1,
         ),
         "amd": Efficiency(
             0.15, 0.30, 8.0, 400.0, 5.0, FITTED + " (llama-bench HIP on MI300X: LLM-Inference-Bench rows)"

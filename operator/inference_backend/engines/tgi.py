@@ -176,12 +176,11 @@ PERFORMANCE = Performance(
         "nvidia": Efficiency(
             0.45,
             0.70,
-            0.5,
+            1.0,
             150.0,
-            8.0,
-            "taken equal to vLLM's on NVIDIA: no TGI 3.x row on NVIDIA in "
-            "the calibration set; TGI v3's own benchmarks (docs, 'TGI v3 overview') put it at 1.0-1.25x "
-            "vLLM (CUDA graphs, chunked prefill, flashinfer)",
+            20.0,
+            FITTED + " (TGI 2.0.4 on A10G beside vLLM 0.4.3: Hugging Face llmperf rows; TGI 3.x, the pinned "
+            "release, is taken as 2.x: TGI v3's own tables put it at 1.0-1.25x vLLM)",
             100.0,
             0.1,
         ),

@@ -268,13 +268,13 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.45, 0.70, 0.5, 150.0, 20.0, _AIC_FIT, 100.0, 0.1),
+        "nvidia": Efficiency(0.45, 0.70, 1.0, 150.0, 20.0, _AIC_FIT, 100.0, 0.1),
         "amd": Efficiency(
-            0.75,
+            0.25,
             0.30,
-            1.0,
+            2.0,
             400.0,
-            10.0,
+            2.0,
             FITTED + " (ROCm vLLM 0.4-0.6 on MI300X: LLM-Inference-Bench, MLPerf 4.1, dstack, Oracle rows)",
             0.0,
             0.0,

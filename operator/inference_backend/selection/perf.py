@@ -167,6 +167,10 @@ def place_gpu(engine: str, model: ResolvedModel, placement: Placement, weights: 
     assert gpu is not None
     fmt = compute_format(model, serving_dtype)
     dev = gpu_device(placement, fmt)
+    if card(engine).layer_split and dev.n > 1:
+        # layers split over the GPUs (llama.cpp --split-mode layer): a token passes through them one after another,
+        # so one device's bandwidth and rate serve the whole model, and no all-reduce is paid
+        dev = Device(1, dev.bandwidth, dev.flops, 0.0, 0.0, dev.how + f", {dev.n} GPUs in sequence (layer split)")
     eff, eff_how = efficiency(engine, gpu.vendor, version)
     cap, cap_how = batch_cap(engine, gpu.memory_mib * 2**20, slots)
     if held < cap:
