@@ -252,7 +252,7 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.55,
+            0.35,
             0.90,
             2.0,
             50.0,

@@ -242,6 +242,9 @@ def select(
     if choice.placement.gpu is None and not choice.placement.hardware.has_gpu:
         off_gpus, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
         reasons.extend(notes)
+    narrower = _narrower_miss(all_options.get(winner, []), choice)
+    if narrower:
+        reasons.append(narrower)
     done = _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, off_gpus)
     done = _pin_arch(done, choice, gpu_classes if choice.placement.gpu is not None else cpu_classes)
     chosen = choice.placement
@@ -308,6 +311,28 @@ def _pin_arch(done: Decision, choice: Option, pool: list[UsableClass]) -> Decisi
         why.append("the chosen nodes carry GKE's kubernetes.io/arch=arm64:NoSchedule taint (tolerated, as GKE does)")
     line = f"nodeSelector kubernetes.io/arch={hw.arch}: {'; '.join(why)}"
     return replace(done, reasons=(*done.reasons, line), arch=hw.arch, arch_toleration=tainted)
+
+
+def _narrower_miss(options: list[Option], choice: Option) -> str:
+    """When the chosen replica is wider than one GPU of its product would be, the objective the narrower
+    placement misses and by how much ("TPOT 38 ms > tpotMillis 30 at ... on 1x NVIDIA-L4; 2x NVIDIA-L4 (TP2)
+    meets it")."""
+    p = choice.placement
+    if p.gpu is None or choice.misses:
+        return ""
+    narrower = [
+        o
+        for o in options
+        if o.placement.gpu is not None
+        and o.misses
+        and o.placement.gpu.product == p.gpu.product
+        and o.placement.gpus_per_replica < p.gpus_per_replica
+    ]
+    if not narrower:
+        return ""
+    o = max(narrower, key=lambda o: o.placement.gpus_per_replica)
+    return (f"{o.misses[0]} on {o.placement.gpus_per_replica}x {p.gpu.product} ({o.plan.replicas} replica(s)); "
+            f"{p.gpus_per_replica}x {p.gpu.product} (TP{p.tensor_parallel_size}) meets it")  # fmt: skip
 
 
 def _cost(o: Option) -> int:
