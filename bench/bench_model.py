@@ -145,11 +145,22 @@ def llama_skeleton(m: BenchModel, out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     make_tokenizer(out, m.vocab)
-    LlamaConfig(vocab_size=m.vocab, hidden_size=m.hidden, intermediate_size=m.intermediate,
-                num_hidden_layers=m.layers, num_attention_heads=m.heads, num_key_value_heads=m.kv_heads,
-                max_position_embeddings=m.context, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-                tie_word_embeddings=False, dtype="bfloat16", architectures=["LlamaForCausalLM"]
-                ).save_pretrained(out)  # fmt: skip
+    LlamaConfig(
+        vocab_size=m.vocab,
+        hidden_size=m.hidden,
+        intermediate_size=m.intermediate,
+        num_hidden_layers=m.layers,
+        num_attention_heads=m.heads,
+        num_key_value_heads=m.kv_heads,
+        max_position_embeddings=m.context,
+        rms_norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        architectures=["LlamaForCausalLM"],
+    ).save_pretrained(out)
 
 
 def make_safetensors(m: BenchModel, out: Path, device: str = "cpu") -> Path:

@@ -34,8 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
 
-        @settings(max_examples=args.cases, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck), phases=["generate"])  # fmt: skip
+        @settings(
+            max_examples=args.cases,
+            deadline=None,
+            database=None,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+            phases=["generate"],
+        )
         @given(backends(), node_lists())
         def case(body: dict, nodes: dict) -> None:  # type: ignore[type-arg]
             counts["cases"] += 1

@@ -68,19 +68,25 @@ def olive_checkpoint(m: BenchModel, out: Path, bits: int, group: int = GROUP, la
     total = 0
     for g in range(groups):
         if g == 0:
-            t = {name: torch.empty(m.vocab, m.hidden, dtype=torch.bfloat16).normal_(0.0, m.init_range, generator=gen)
-                 for name in ("model.embed_tokens.weight", "lm_head.weight")}  # fmt: skip
+            t = {
+                name: torch.empty(m.vocab, m.hidden, dtype=torch.bfloat16).normal_(0.0, m.init_range, generator=gen)
+                for name in ("model.embed_tokens.weight", "lm_head.weight")
+            }
             t["model.norm.weight"] = ones()
         else:
             t = {}
             for i in range((g - 1) * layers_per_shard, min(g * layers_per_shard, m.layers)):
                 p = f"model.layers.{i}."
                 t |= {p + "input_layernorm.weight": ones(), p + "post_attention_layernorm.weight": ones()}
-                for name, (n, k) in {"self_attn.q_proj": (m.hidden, m.hidden), "self_attn.k_proj": (kv, m.hidden),
-                                     "self_attn.v_proj": (kv, m.hidden), "self_attn.o_proj": (m.hidden, m.hidden),
-                                     "mlp.gate_proj": (m.intermediate, m.hidden),
-                                     "mlp.up_proj": (m.intermediate, m.hidden),
-                                     "mlp.down_proj": (m.hidden, m.intermediate)}.items():  # fmt: skip
+                for name, (n, k) in {
+                    "self_attn.q_proj": (m.hidden, m.hidden),
+                    "self_attn.k_proj": (kv, m.hidden),
+                    "self_attn.v_proj": (kv, m.hidden),
+                    "self_attn.o_proj": (m.hidden, m.hidden),
+                    "mlp.gate_proj": (m.intermediate, m.hidden),
+                    "mlp.up_proj": (m.intermediate, m.hidden),
+                    "mlp.down_proj": (m.hidden, m.intermediate),
+                }.items():
                     t |= linear(p + name, n, k)
         name = f"model-{g + 1:05d}-of-{groups:05d}.safetensors"
         save_file(t, str(out / name), metadata={"format": "pt"})
@@ -94,8 +100,21 @@ def olive_checkpoint(m: BenchModel, out: Path, bits: int, group: int = GROUP, la
 def build(hf_dir: Path, out: Path, bits: int, max_memory: int, timeout: float = 3600) -> dict[str, Any]:
     """genai's model builder (`-p int4|int8 -e cpu`) on hf_dir into out, its address space capped at max_memory
     bytes; returns the argv, seconds and the builder's peak RSS (wait4's ru_maxrss)."""
-    argv = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out), "-p",
-            f"int{bits}", "-e", "cpu", "-c", str(out.parent / f".{out.name}-cache")]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "onnxruntime_genai.models.builder",
+        "-i",
+        str(hf_dir),
+        "-o",
+        str(out),
+        "-p",
+        f"int{bits}",
+        "-e",
+        "cpu",
+        "-c",
+        str(out.parent / f".{out.name}-cache"),
+    ]
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
@@ -111,8 +130,13 @@ def build(hf_dir: Path, out: Path, bits: int, max_memory: int, timeout: float = 
             raise
     seconds = time.monotonic() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
-    result = {"argv": argv[1:], "seconds": round(seconds, 1), "peakRssBytes": usage.ru_maxrss * 1024,
-              "addressSpaceCapBytes": max_memory, "returncode": proc.returncode}  # fmt: skip
+    result = {
+        "argv": argv[1:],
+        "seconds": round(seconds, 1),
+        "peakRssBytes": usage.ru_maxrss * 1024,
+        "addressSpaceCapBytes": max_memory,
+        "returncode": proc.returncode,
+    }
     if proc.returncode != 0 or not (out / "genai_config.json").exists():
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(argv)} failed:\n{tail}\n{json.dumps(result)}")

@@ -82,8 +82,10 @@ def main() -> int:
             t = timings(model, prompt, a.tokens)
             if r:
                 times[name].append(t)
-    print(f"Llama-2-7B shape, {a.layers} layers ({m.parameters() / 1e9:.2f}B), int4 block 32, {a.threads} threads, "
-          f"median of {a.rounds} rounds, onnxruntime-genai {og.__version__}")  # fmt: skip
+    print(
+        f"Llama-2-7B shape, {a.layers} layers ({m.parameters() / 1e9:.2f}B), int4 block 32, {a.threads} threads, "
+        f"median of {a.rounds} rounds, onnxruntime-genai {og.__version__}"
+    )
     med = {k: (statistics.median(x for x, _ in v), statistics.median(y for _, y in v)) for k, v in times.items()}
     for name, (ttft, dec) in med.items():
         print(f"{name:12s} TTFT 512 tokens {ttft:.2f} s   decode {a.tokens / dec:.2f} tok/s")

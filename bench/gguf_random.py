@@ -61,8 +61,9 @@ def tensor_types(shape: Shape, ftype: str) -> list[tuple[str, tuple[int, int] | 
     def q(name: str, layer: int | None = None) -> str:
         if ftype == "q8_0":
             return "Q8_0"
-        if name == "output" or (name in ("attn_v", "ffn_down") and layer is not None and
-                                _more_bits(layer, shape.layers)):  # fmt: skip
+        if name == "output" or (
+            name in ("attn_v", "ffn_down") and layer is not None and _more_bits(layer, shape.layers)
+        ):
             return "Q6_K"
         return "Q4_K"
 
@@ -136,8 +137,13 @@ def write(path: Path, ftype: str, shape: Shape = LLAMA2_7B, seed: int = 0) -> di
         elements, size, _ = BLOCKS[qtype]
         nbytes = dims[0] * dims[1] // elements * size
         weight_bytes += nbytes
-        w.add_tensor_info(name, (dims[0], dims[1] // elements * size), np.dtype(np.uint8), nbytes,
-                          raw_dtype=gguf.GGMLQuantizationType[qtype])  # fmt: skip
+        w.add_tensor_info(
+            name,
+            (dims[0], dims[1] // elements * size),
+            np.dtype(np.uint8),
+            nbytes,
+            raw_dtype=gguf.GGMLQuantizationType[qtype],
+        )
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -147,8 +153,13 @@ def write(path: Path, ftype: str, shape: Shape = LLAMA2_7B, seed: int = 0) -> di
         else:
             w.write_tensor_data(random_blocks(rng, dims[0], dims[1], qtype))
     w.close()
-    return {"path": str(path), "type": ftype, "parameters": shape.parameters(), "fileBytes": path.stat().st_size,
-            "gguf": getattr(gguf, "__version__", "llama.cpp gguf-py")}  # fmt: skip
+    return {
+        "path": str(path),
+        "type": ftype,
+        "parameters": shape.parameters(),
+        "fileBytes": path.stat().st_size,
+        "gguf": getattr(gguf, "__version__", "llama.cpp gguf-py"),
+    }
 
 
 def main() -> None:

@@ -45,8 +45,11 @@ def _run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
         if os.waitstatus_to_exitcode(status) != 0:
             err.seek(0)
             raise SystemExit(f"{' '.join(argv[:4])} failed: {err.read().decode()[-2000:]}")
-    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "peak_mib": round(usage.ru_maxrss / 1024, 1)}  # fmt: skip
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_mib": round(usage.ru_maxrss / 1024, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,18 +66,37 @@ def main(argv: list[str] | None = None) -> int:
         if args.reader == "gguf-py":
             cmd = [sys.executable, "-c", _GGUF_PY, str(path)]
         else:
-            cmd = [sys.executable, "-m", "inference_backend.cli", "model", "inspect", str(path), "--uri",
-                   "hf://bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "inference_backend.cli",
+                "model",
+                "inspect",
+                str(path),
+                "--uri",
+                "hf://bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+            ]
         runs = [_run(cmd, env) for _ in range(args.runs)]
     best = {k: min(r[k] for r in runs) for k in runs[0]}
-    print(json.dumps({"file": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf header (128256 tokens, 280147 merges, 292 "
-                              "tensors)", "reader": args.reader, "source": args.source or "this checkout",
-                      "runs": runs, "best": best,
-                      "load": [round(x, 1) for x in os.getloadavg()],
-                      "target": {"seconds": TARGET_SECONDS, "mib": TARGET_MIB,
-                                 "held_cpu": best["cpu_s"] < TARGET_SECONDS and best["peak_mib"] < TARGET_MIB,
-                                 "held_wall": best["wall_s"] < TARGET_SECONDS and best["peak_mib"] < TARGET_MIB}},
-                     indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "file": "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf header (128256 tokens, 280147 merges, 292 tensors)",
+                "reader": args.reader,
+                "source": args.source or "this checkout",
+                "runs": runs,
+                "best": best,
+                "load": [round(x, 1) for x in os.getloadavg()],
+                "target": {
+                    "seconds": TARGET_SECONDS,
+                    "mib": TARGET_MIB,
+                    "held_cpu": best["cpu_s"] < TARGET_SECONDS and best["peak_mib"] < TARGET_MIB,
+                    "held_wall": best["wall_s"] < TARGET_SECONDS and best["peak_mib"] < TARGET_MIB,
+                },
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -50,8 +50,10 @@ def main() -> None:
     plain = [torch.randn(n, k, generator=gen) * 0.02 for n, k in shapes()]
     packed = {h: [torch.ops.mkldnn._reorder_linear_weight(w, h) for w in plain] for h in a.hints}
     params = sum(w.numel() for w in plain)
-    print(f"# {len(plain)} matrices, {params / 1e6:.1f}M float32 weights ({4 * params / 1e6:.0f} MB), "
-          f"{a.threads} thread(s), best of {a.reps}, huge pages {'on' if a.huge_pages else 'off'}")  # fmt: skip
+    print(
+        f"# {len(plain)} matrices, {params / 1e6:.1f}M float32 weights ({4 * params / 1e6:.0f} MB), "
+        f"{a.threads} thread(s), best of {a.reps}, huge pages {'on' if a.huge_pages else 'off'}"
+    )
     forms = ["mkl-plain"] + [f"onednn-packed-{h}" for h in a.hints]
     print("| rows | " + " | ".join(f"{f} ms (GFLOP/s, weight GB/s)" for f in forms) + " |")
     print("| --- |" + " --- |" * len(forms))

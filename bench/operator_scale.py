@@ -55,9 +55,11 @@ SPECS = [  # a mix of engines and placements
     {"model": {"modelRef": "llama-3-1-8b"}},
     {"model": {"modelRef": "llama-3-2-3b-gguf"}, "hardware": {"accelerator": "cpu"}},
     {"model": {"uri": "s3://models/phi/model.onnx", "parameters": "3.8B"}, "hardware": {"accelerator": "cpu"}},
-    {"backend": "tgi", "model": {"uri": "hf://mistralai/Mistral-7B-Instruct-v0.3", "parameters": "7.25B",
-                                  "contextLength": 4096}},
-]  # fmt: skip
+    {
+        "backend": "tgi",
+        "model": {"uri": "hf://mistralai/Mistral-7B-Instruct-v0.3", "parameters": "7.25B", "contextLength": 4096},
+    },
+]
 APPLY_ENV = "IB_BENCH_APPLY"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
@@ -107,8 +109,17 @@ class Operator:
         env = {**os.environ, "KUBECONFIG": kubeconfig}
         logf = (E2E_DIR / "logs" / "bench-operator.log").open("ab")
         level = os.environ.get("IB_BENCH_LOG_LEVEL", "warning")
-        cmd = [sys.executable, "-m", "inference_backend.cli", "operator", "--all-namespaces",
-               "--metrics-port", str(metrics_port), "--log-level", level]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "inference_backend.cli",
+            "operator",
+            "--all-namespaces",
+            "--metrics-port",
+            str(metrics_port),
+            "--log-level",
+            level,
+        ]
         self.proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
 
     def metrics(self) -> dict[str, float]:
@@ -184,8 +195,9 @@ def sa_kubeconfig() -> str:
     token = sh(tool("kubectl"), "create", "token", "ib-inference-backend", "-n", "ib-system", "--duration=8h").strip()
     config = yaml.safe_load(Path(os.environ["KUBECONFIG"]).read_text())
     config["users"] = [{"name": "operator", "user": {"token": token}}]
-    config["contexts"] = [{"name": "operator", "context": {"cluster": config["clusters"][0]["name"],
-                                                          "user": "operator"}}]  # fmt: skip
+    config["contexts"] = [
+        {"name": "operator", "context": {"cluster": config["clusters"][0]["name"], "user": "operator"}}
+    ]
     config["current-context"] = "operator"
     path = E2E_DIR / "bench-operator.kubeconfig"
     path.write_text(yaml.safe_dump(config))
@@ -392,23 +404,42 @@ def run_point(
     log(f"deleting namespace {ns}")
     asyncio.run(delete_namespace(ns))
     point = {
-        "nodes": nodes, "backends": backends, "ratePerS": rate,
-        "applyToDeploymentMs": {"p50": pct(latencies, 0.5) * 1000, "p99": pct(latencies, 0.99) * 1000,
-                                "max": latencies[-1] * 1000, "mean": sum(latencies) / len(latencies) * 1000},
+        "nodes": nodes,
+        "backends": backends,
+        "ratePerS": rate,
+        "applyToDeploymentMs": {
+            "p50": pct(latencies, 0.5) * 1000,
+            "p99": pct(latencies, 0.99) * 1000,
+            "max": latencies[-1] * 1000,
+            "mean": sum(latencies) / len(latencies) * 1000,
+        },
         "coresWhileCreating": cores,
-        "applyOnLoadedMs": {"applies": len(loaded), "ratePerS": apply_rate, "p50": pct(loaded, 0.5) * 1000,
-                            "p99": pct(loaded, 0.99) * 1000, "max": loaded[-1] * 1000},
+        "applyOnLoadedMs": {
+            "applies": len(loaded),
+            "ratePerS": apply_rate,
+            "p50": pct(loaded, 0.5) * 1000,
+            "p99": pct(loaded, 0.99) * 1000,
+            "max": loaded[-1] * 1000,
+        },
         "latencySeries": {"createdS": [round(c, 3) for c, _ in series], "ms": [round(v * 1000, 1) for _, v in series]},
-        "allDeploymentsS": last_deployment - t0, "allStatusesS": settled - t0, "readyBackends": ready,
+        "allDeploymentsS": last_deployment - t0,
+        "allStatusesS": settled - t0,
+        "readyBackends": ready,
         "operatorPeakMiB": max(peak, resync_peak),
         "reconciles": reconciles,
-        "apiRequests": len(events), "apiWrites": len(writes),
-        "apiRequestsPerBackend": len(events) / backends, "apiWritesPerBackend": len(writes) / backends,
+        "apiRequests": len(events),
+        "apiWrites": len(writes),
+        "apiRequestsPerBackend": len(events) / backends,
+        "apiWritesPerBackend": len(writes) / backends,
         "apiRequestsPerReconcile": len(events) / max(reconciles, 1),
         "writesByResource": _by_resource(writes),
-        "noopResync": {"reconciles": resync_reconciles, "apiWrites": sum(e["verb"] in WRITES for e in resync),
-                       "apiRequests": len(resync), "requestsByVerb": _by_verb(resync)},
-    }  # fmt: skip
+        "noopResync": {
+            "reconciles": resync_reconciles,
+            "apiWrites": sum(e["verb"] in WRITES for e in resync),
+            "apiRequests": len(resync),
+            "requestsByVerb": _by_verb(resync),
+        },
+    }
     return point
 
 
@@ -430,12 +461,15 @@ def _by_verb(events: list[dict[str, Any]]) -> dict[str, int]:
 
 def print_point(p: dict[str, Any]) -> None:
     lat = p["applyToDeploymentMs"]
-    print(f"   {p['backends']:>5} IB x {p['nodes']:>5} nodes: apply-to-Deployment p50 {lat['p50']:.0f} ms, "
-          f"p99 {lat['p99']:.0f} ms, max {lat['max']:.0f} ms; all Deployments {p['allDeploymentsS']:.1f} s, "
-          f"all statuses {p['allStatusesS']:.1f} s; peak {p['operatorPeakMiB']:.0f} MiB; "
-          f"{p['apiRequestsPerBackend']:.2f} requests/IB ({p['apiWritesPerBackend']:.2f} writes), "
-          f"{p['apiRequestsPerReconcile']:.2f} requests/reconcile; no-op resync: {p['noopResync']['apiWrites']} "
-          f"writes over {p['noopResync']['reconciles']} reconciles", flush=True)  # fmt: skip
+    print(
+        f"   {p['backends']:>5} IB x {p['nodes']:>5} nodes: apply-to-Deployment p50 {lat['p50']:.0f} ms, "
+        f"p99 {lat['p99']:.0f} ms, max {lat['max']:.0f} ms; all Deployments {p['allDeploymentsS']:.1f} s, "
+        f"all statuses {p['allStatusesS']:.1f} s; peak {p['operatorPeakMiB']:.0f} MiB; "
+        f"{p['apiRequestsPerBackend']:.2f} requests/IB ({p['apiWritesPerBackend']:.2f} writes), "
+        f"{p['apiRequestsPerReconcile']:.2f} requests/reconcile; no-op resync: {p['noopResync']['apiWrites']} "
+        f"writes over {p['noopResync']['reconciles']} reconciles",
+        flush=True,
+    )
     if "applyOnLoadedMs" in p:
         la = p["applyOnLoadedMs"]
         print(
@@ -458,8 +492,19 @@ def main() -> None:
     args = parser.parse_args()
     counts = sorted(int(x) for x in args.backends.split(","))
     node_counts = sorted(int(x) for x in args.nodes.split(","))
-    sh(tool("helm"), "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "-n", "ib-system",
-       "--create-namespace", "--reset-values", "--set", "replicas=0")  # fmt: skip
+    sh(
+        tool("helm"),
+        "upgrade",
+        "--install",
+        "ib",
+        str(ROOT / "charts/inference-backend"),
+        "-n",
+        "ib-system",
+        "--create-namespace",
+        "--reset-values",
+        "--set",
+        "replicas=0",
+    )
     audit = Audit(E2E_DIR / "audit.log")
     started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     points, node_ready = [], {}
@@ -472,12 +517,14 @@ def main() -> None:
             print_point(points[-1])
     result = {
         "schema": "inference-backend.bench.operator-scale/v1",
-        "started": started, "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "started": started,
+        "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": " ".join(["python", "-m", "bench.operator_scale", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "cpu": _cpu_model(), "python": platform.python_version()},
         "auditReads": os.environ.get("E2E_AUDIT_READS") == "1",
-        "nodeReadySeconds": node_ready, "points": points,
-    }  # fmt: skip
+        "nodeReadySeconds": node_ready,
+        "points": points,
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(_dump(result))

@@ -29,8 +29,10 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ib-peers-"))
     spec = bench_model.PRESETS["cpu"]
-    print(f"# {spec.name}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start, {a.threads} "
-          f"compute thread(s) per server, {a.tokens} tokens per request")  # fmt: skip
+    print(
+        f"# {spec.name}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start, {a.threads} "
+        f"compute thread(s) per server, {a.tokens} tokens per request"
+    )
     print(f"## 1. PyTorch runner vs {peers_pytorch.PEER} (best of {a.rounds} rounds)")
     model = bench_model.make_safetensors(spec, work / spec.name)
     rows = peers_pytorch.measure(model, (1, 8, 16), a.tokens, a.rounds, threads=a.threads, logdir=work)

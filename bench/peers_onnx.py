@@ -136,8 +136,22 @@ def measure(model: Any, servers: dict[str, Server], batch: list[list[int]], a: a
 def profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
     spy = Path(sys.executable).parent / "py-spy"
     exe = str(spy) if spy.exists() else "py-spy"
-    cmd = [exe, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--format", "raw", "--threads",
-           "--rate", "200", "--nonblocking", "--output", str(out)]  # fmt: skip
+    cmd = [
+        exe,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(int(seconds)),
+        "--format",
+        "raw",
+        "--threads",
+        "--rate",
+        "200",
+        "--nonblocking",
+        "--output",
+        str(out),
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
@@ -163,17 +177,37 @@ def collect(a: argparse.Namespace) -> dict[int, dict[str, float]]:
     cfg.clear_providers()
     cfg.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": a.threads}}}}))
     model = og.Model(cfg)
-    print(f"model {spec.name} ({genai}), {a.prompt_len}-token prompts, {a.tokens} tokens each, "
-          f"{a.threads} threads, median of {a.rounds} rounds, onnxruntime-genai {og.__version__}")  # fmt: skip
+    print(
+        f"model {spec.name} ({genai}), {a.prompt_len}-token prompts, {a.tokens} tokens each, "
+        f"{a.threads} threads, median of {a.rounds} rounds, onnxruntime-genai {og.__version__}"
+    )
     logs = a.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     servers: dict[str, Server] = {}
     try:
         for mode in MODES:
-            flags = ["--model", str(genai), "--served-model-name", "bench", "--host", "127.0.0.1",
-                     "--port", str(free_port()), "--batching", mode.removeprefix("genai-"), "--max-batch-size", "16",
-                     "--max-wait-ms", "20", "--threads", str(a.threads), "--log-level", "warning",
-                     "--genai-runtime", "genai" if mode.startswith("genai-") else "onnxruntime"]  # fmt: skip
+            flags = [
+                "--model",
+                str(genai),
+                "--served-model-name",
+                "bench",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(free_port()),
+                "--batching",
+                mode.removeprefix("genai-"),
+                "--max-batch-size",
+                "16",
+                "--max-wait-ms",
+                "20",
+                "--threads",
+                str(a.threads),
+                "--log-level",
+                "warning",
+                "--genai-runtime",
+                "genai" if mode.startswith("genai-") else "onnxruntime",
+            ]
             servers[mode] = Server("onnx", flags, logs / f"server-{mode}.log")
         for srv in servers.values():
             srv.wait_ready()

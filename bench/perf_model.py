@@ -42,9 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "perf-calibration"
 PLOT = ROOT / "bench" / "results" / "perf-model.png"
 METRICS = (("ttft", "ttft_ms_p50"), ("tpot", "tpot_ms_p50"), ("tokens/s", "output_tokens_per_s"))
-DTYPE = {"bf16": ("bfloat16", "none"), "fp16": ("float16", "none"), "fp32": ("float32", "none"),
-         "fp8": ("fp8", "fp8"), "int8": ("int8", "int8"), "int4": ("int4", "awq"),
-         "mxfp4": ("int4", "awq")}  # mxfp4: 4-bit weights, 16-bit compute on Hopper (w4a16 kernels)  # fmt: skip
+DTYPE = {
+    "bf16": ("bfloat16", "none"),
+    "fp16": ("float16", "none"),
+    "fp32": ("float32", "none"),
+    "fp8": ("fp8", "fp8"),
+    "int8": ("int8", "int8"),
+    "int4": ("int4", "awq"),
+    "mxfp4": ("int4", "awq"),
+}  # mxfp4: 4-bit weights, 16-bit compute on Hopper (w4a16 kernels)
 GIB = 2**30
 MEASURED_GPU = "measured-gpu.csv"
 """Rows bench/gpu/calibration_rows.py wrote on a lent GPU: where an engine/vendor has some, the fit uses only those."""
@@ -91,10 +97,20 @@ def _model(row: dict[str, str]) -> ResolvedModel:
     dtype, quant = DTYPE.get(row.get("dtype") or "bf16", ("bfloat16", "none"))
     if (row.get("quantization") or "").startswith("gguf"):
         quant = row["quantization"].removeprefix("gguf-")
-    return ResolvedModel(uri=uri, format="safetensors", parameters=int(params), dtype=dtype, quantization=quant,
-                         context_length=shape.context, layers=shape.layers, kv_heads=shape.kv_heads,
-                         head_dim=shape.head_dim, shape_source="calibration", attention_heads=shape.attention_heads,
-                         active_parameters=int(active) if active else None)  # fmt: skip
+    return ResolvedModel(
+        uri=uri,
+        format="safetensors",
+        parameters=int(params),
+        dtype=dtype,
+        quantization=quant,
+        context_length=shape.context,
+        layers=shape.layers,
+        kv_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        shape_source="calibration",
+        attention_heads=shape.attention_heads,
+        active_parameters=int(active) if active else None,
+    )
 
 
 def case(row: dict[str, str]) -> Case | None:
@@ -107,8 +123,15 @@ def case(row: dict[str, str]) -> Case | None:
         return None
     tp = int(_f(row, "tp") or 1) * int(_f(row, "pp") or 1)
     replicas = int(_f(row, "replicas") or 1)
-    gpu = GPUFacts(sku.names[0], sku.memory_mib, max(tp, 1), compute=sku.compute, vendor=sku.vendor, sku=sku.id,
-                   bandwidth_gbs=float(sku.bandwidth_gbs))  # fmt: skip
+    gpu = GPUFacts(
+        sku.names[0],
+        sku.memory_mib,
+        max(tp, 1),
+        compute=sku.compute,
+        vendor=sku.vendor,
+        sku=sku.id,
+        bandwidth_gbs=float(sku.bandwidth_gbs),
+    )
     hw = HardwareClass(arch="amd64", cpu_millis=192000, memory_bytes=2048 * GIB, gpus=(gpu,))
     placement = Placement("gpu", hw, 1, gpu, tp)
     model = _model(row)
@@ -127,8 +150,12 @@ def case(row: dict[str, str]) -> Case | None:
     fit = gpu_fit(weights, 0.0, sku.memory_mib * 2**20, 0.9, tp)
     held = int(fit.kv_cache // max(kv_token * (prompt + output / 2), 1.0))  # steady state: prompt + half the output
     conc, rate = _f(row, "concurrency"), _f(row, "request_rate")
-    load = Workload(prompt, output, concurrency=conc / replicas if conc else None,
-                    rate=rate / replicas if rate and not conc else None)  # fmt: skip
+    load = Workload(
+        prompt,
+        output,
+        concurrency=conc / replicas if conc else None,
+        rate=rate / replicas if rate and not conc else None,
+    )
     if load.concurrency is None and load.rate is None:
         return None
     slots = int(conc / replicas) if engine == "llamacpp" and conc else 0
@@ -178,8 +205,10 @@ def _line(name: str, vals: list[float]) -> str:
     if not vals:
         return f"  {name:<14} -"
     within = sum(v <= 1 for v in vals) / len(vals)
-    return (f"  {name:<14} n={len(vals):<4} median |log2| {statistics.median(vals):.2f}  worst {max(vals):.2f}  "
-            f"within 2x {within:.0%}")  # fmt: skip
+    return (
+        f"  {name:<14} n={len(vals):<4} median |log2| {statistics.median(vals):.2f}  worst {max(vals):.2f}  "
+        f"within 2x {within:.0%}"
+    )
 
 
 def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> tuple[int, int, list[str]]:
@@ -191,8 +220,16 @@ def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> tuple[int, i
         if pair is None:
             continue
         r = c.row
-        load = (r["model"], r["tp"], r["concurrency"], r["request_rate"], r["prompt_tokens"], r["output_tokens"],
-                r["dtype"], r["file"])  # fmt: skip
+        load = (
+            r["model"],
+            r["tp"],
+            r["concurrency"],
+            r["request_rate"],
+            r["prompt_tokens"],
+            r["output_tokens"],
+            r["dtype"],
+            r["file"],
+        )
         groups[("engine", r["gpu"], *load)].append((c, *pair))
         groups[("gpu", r["engine"], *load)].append((c, *pair))
     agree = total = 0
@@ -209,8 +246,9 @@ def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> tuple[int, i
                 if abs(math.log(ma / mb)) < 0.05 or (ea > eb) == (ma > mb):
                     agree += 1
                 else:
-                    bad.append(f"{a.row['id']} vs {b.row['id']}: measured {ma:.0f} / {mb:.0f}, "
-                               f"estimated {ea:.0f} / {eb:.0f}")  # fmt: skip
+                    bad.append(
+                        f"{a.row['id']} vs {b.row['id']}: measured {ma:.0f} / {mb:.0f}, estimated {ea:.0f} / {eb:.0f}"
+                    )
     return agree, total, bad
 
 
@@ -218,8 +256,10 @@ def report(plot: bool = True) -> int:
     rows = load_rows()
     cases = [c for r in rows if (c := case(r)) is not None]
     print(f"{len(rows)} calibration rows ({', '.join(sorted({r['file'] for r in rows}))}); {len(cases)} placed")
-    for label, subset in (("fitted rows (holdout=false)", [c for c in cases if not c.holdout]),
-                          ("held-out rows (holdout=true)", [c for c in cases if c.holdout])):  # fmt: skip
+    for label, subset in (
+        ("fitted rows (holdout=false)", [c for c in cases if not c.holdout]),
+        ("held-out rows (holdout=true)", [c for c in cases if c.holdout]),
+    ):
         s = summary(subset)
         print(f"{label}: {len(subset)} rows")
         for engine in sorted(s["engine"]):
@@ -228,8 +268,10 @@ def report(plot: bool = True) -> int:
             print(_line(metric, s["metric"][metric]))
         print(_line("all", s["all"]))
     agree, total, bad = rankings(cases)
-    print(f"rankings (same hardware, model and load; engines against each other and GPUs against each other): "
-          f"{agree}/{total} pairs agree")  # fmt: skip
+    print(
+        f"rankings (same hardware, model and load; engines against each other and GPUs against each other): "
+        f"{agree}/{total} pairs agree"
+    )
     for side in ("AMD_Instinct_MI300X_OAM", "tgi"):
         a2, t2, _ = rankings(cases, involving=(side,))
         print(f"  pairs involving {side}: {a2}/{t2} agree")
@@ -274,10 +316,15 @@ def _plot(cases: list[Case]) -> None:
     print(f"plot: {PLOT.relative_to(ROOT)}")
 
 
-FIT_GRID = {"prefill": (0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75), "decode": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-            "step_ms": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0), "seq_us": (5.0, 15.0, 50.0, 150.0, 400.0),
-            "layer_us": (0.0, 30.0, 100.0, 250.0, 550.0), "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
-            "request_ms": (2.0, 8.0, 20.0, 40.0)}  # fmt: skip
+FIT_GRID = {
+    "prefill": (0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75),
+    "decode": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "step_ms": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+    "seq_us": (5.0, 15.0, 50.0, 150.0, 400.0),
+    "layer_us": (0.0, 30.0, 100.0, 250.0, 550.0),
+    "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
+    "request_ms": (2.0, 8.0, 20.0, 40.0),
+}
 
 
 def _slot(c: Case) -> tuple[str, str, str]:
@@ -343,9 +390,11 @@ def fit() -> int:
                     if sc < best_score - 1e-9:
                         best, best_score = cand, sc
         _set(key, best)
-        print(f"{key}: n={len(group)} median |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
-              f"decode {best.decode}, step_ms {best.step_ms}, seq_us {best.seq_us}, layer_us {best.layer_us}, "
-              f"burst {best.burst}, request_ms {best.request_ms}")  # fmt: skip
+        print(
+            f"{key}: n={len(group)} median |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
+            f"decode {best.decode}, step_ms {best.step_ms}, seq_us {best.seq_us}, layer_us {best.layer_us}, "
+            f"burst {best.burst}, request_ms {best.request_ms}"
+        )
     return 0
 
 

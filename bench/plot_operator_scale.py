@@ -47,8 +47,10 @@ def plot(result: dict[str, Any], out: Path) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     rate = points[0]["ratePerS"] if points else 0
-    fig.suptitle(f"inference-backend operator at scale ({result['machine']['cpus']} cores, "
-                 f"InferenceBackends created at {rate:g}/s; {result['started']})")  # fmt: skip
+    fig.suptitle(
+        f"inference-backend operator at scale ({result['machine']['cpus']} cores, "
+        f"InferenceBackends created at {rate:g}/s; {result['started']})"
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=90)
 

@@ -69,7 +69,7 @@ def derive(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 f"concurrency 1 ({load['promptTokens']}-token prompt), {best['outputTokensPerSecond']:.1f} tokens/s at "
                 f"concurrency {best['concurrency']:g}, peak RSS {rss / 2**20:.0f} MiB"
             ),
-        }  # fmt: skip
+        }
     return rows
 
 

@@ -53,9 +53,14 @@ from bench.profiles import write_or_check
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "cpu-7b.json"
 MODULE = ROOT / "operator" / "inference_backend" / "engines" / "profiles_7b.py"
-CONFIGS = {"llamacpp-q8_0": ("llamacpp", "q8_0"), "llamacpp-q4_k_m": ("llamacpp", "q4_k_m"),
-           "pytorch-bf16": ("pytorch", "bfloat16"), "onnx-int4": ("onnxruntime", "int4"),
-           "onnx-int8": ("onnxruntime", "int8"), "onnx-int4-generator": ("onnxruntime", "int4")}  # fmt: skip
+CONFIGS = {
+    "llamacpp-q8_0": ("llamacpp", "q8_0"),
+    "llamacpp-q4_k_m": ("llamacpp", "q4_k_m"),
+    "pytorch-bf16": ("pytorch", "bfloat16"),
+    "onnx-int4": ("onnxruntime", "int4"),
+    "onnx-int8": ("onnxruntime", "int8"),
+    "onnx-int4-generator": ("onnxruntime", "int4"),
+}
 # measured for comparison only, left out of the rows the selection reads: the server's flags they add to its default
 VARIANTS = {"onnx-int4-generator": ["--genai-runtime", "genai", "--batching", "dynamic"]}
 BUILD = "ib-build.json"  # in a genai model directory: how genai_random.build made it
@@ -78,8 +83,9 @@ def _post(url: str, prompt: list[int], max_tokens: int, timeout: float = 3600) -
     return time.monotonic() - t, int(r.json()["usage"]["completion_tokens"])
 
 
-def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int = PROMPT,
-                   concurrencies: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
+def measure_server(
+    url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int = PROMPT, concurrencies: tuple[int, ...] = ()
+) -> dict[str, Any]:
     _post(url, _ids(8, 0, vocab), 2)  # warm-up: pages the weights in
     ttft, _ = _post(url, _ids(prompt, 1, vocab), 1)
     one, _ = _post(url, _ids(8, 2, vocab), 1)
@@ -100,12 +106,14 @@ def measure_server(url: str, pid: int, gen: int, vocab: int = VOCAB, prompt: int
             done_c = list(pool.map(lambda p: _post(url, p, gen), jobs))
         at[str(c)] = round(sum(k for _, k in done_c) / (time.monotonic() - t), 3)
     return {"tokensPerSecondAt": at} | {
-        "ttftMs": round(ttft * 1000, 1), "promptTokens": prompt,
-        "tokensPerSecond1": round((n - 1) / max(full - one, 1e-9), 3), "generated": gen,
+        "ttftMs": round(ttft * 1000, 1),
+        "promptTokens": prompt,
+        "tokensPerSecond1": round((n - 1) / max(full - one, 1e-9), 3),
+        "generated": gen,
         "tokensPerSecond8": round(sum(k for _, k in done) / wall8, 3),
         "peakRssBytes": procstats.tree_memory(pid)["vmHwmBytes"],
         "seconds": {"ttft": round(ttft, 2), "one": round(one, 2), "full": round(full, 2), "wall8": round(wall8, 2)},
-    }  # fmt: skip
+    }
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 1800) -> None:
@@ -124,8 +132,9 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 1
     raise TimeoutError(log.read_text(errors="replace")[-3000:])
 
 
-def _serve(argv: list[str], log: Path, env: dict[str, str], gen: int, small: bool,
-           concurrencies: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
+def _serve(
+    argv: list[str], log: Path, env: dict[str, str], gen: int, small: bool, concurrencies: tuple[int, ...] = ()
+) -> dict[str, Any]:
     port = int(argv[argv.index("--port") + 1])
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as fh:
@@ -207,20 +216,26 @@ def bf16_checkpoint(m: BenchModel, out: Path, layers_per_shard: int = 4) -> None
     weight_map: dict[str, str] = {}
     for g in range(len(groups)):
         if g == 0:
-            t = {"model.embed_tokens.weight": rand(m.vocab, m.hidden), "lm_head.weight": rand(m.vocab, m.hidden),
-                 "model.norm.weight": torch.ones(m.hidden, dtype=torch.bfloat16)}  # fmt: skip
+            t = {
+                "model.embed_tokens.weight": rand(m.vocab, m.hidden),
+                "lm_head.weight": rand(m.vocab, m.hidden),
+                "model.norm.weight": torch.ones(m.hidden, dtype=torch.bfloat16),
+            }
         else:
             t = {}
             for i in range((g - 1) * layers_per_shard, min(g * layers_per_shard, m.layers)):
                 p = f"model.layers.{i}."
-                t |= {p + "self_attn.q_proj.weight": rand(m.hidden, m.hidden), p + "self_attn.k_proj.weight":
-                      rand(kv, m.hidden), p + "self_attn.v_proj.weight": rand(kv, m.hidden),
-                      p + "self_attn.o_proj.weight": rand(m.hidden, m.hidden),
-                      p + "mlp.gate_proj.weight": rand(m.intermediate, m.hidden),
-                      p + "mlp.up_proj.weight": rand(m.intermediate, m.hidden),
-                      p + "mlp.down_proj.weight": rand(m.hidden, m.intermediate),
-                      p + "input_layernorm.weight": torch.ones(m.hidden, dtype=torch.bfloat16),
-                      p + "post_attention_layernorm.weight": torch.ones(m.hidden, dtype=torch.bfloat16)}  # fmt: skip
+                t |= {
+                    p + "self_attn.q_proj.weight": rand(m.hidden, m.hidden),
+                    p + "self_attn.k_proj.weight": rand(kv, m.hidden),
+                    p + "self_attn.v_proj.weight": rand(kv, m.hidden),
+                    p + "self_attn.o_proj.weight": rand(m.hidden, m.hidden),
+                    p + "mlp.gate_proj.weight": rand(m.intermediate, m.hidden),
+                    p + "mlp.up_proj.weight": rand(m.intermediate, m.hidden),
+                    p + "mlp.down_proj.weight": rand(m.hidden, m.intermediate),
+                    p + "input_layernorm.weight": torch.ones(m.hidden, dtype=torch.bfloat16),
+                    p + "post_attention_layernorm.weight": torch.ones(m.hidden, dtype=torch.bfloat16),
+                }
         name = f"model-{g + 1:05d}-of-{len(groups):05d}.safetensors"
         save_file(t, str(out / name), metadata={"format": "pt"})
         weight_map |= dict.fromkeys(t, name)
@@ -248,8 +263,23 @@ def _argv(engine: str, model: Path, threads: int, extra: list[str]) -> tuple[lis
         binary = llama_server_bin()
         res = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
         version = (res.stdout + res.stderr).strip()
-        argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", port, "-t", str(threads),
-                "-np", "8", "-c", "5120", "--alias", "m"]  # fmt: skip
+        argv = [
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "-t",
+            str(threads),
+            "-np",
+            "8",
+            "-c",
+            "5120",
+            "--alias",
+            "m",
+        ]
         return argv, "llama-server " + version.splitlines()[0].removeprefix("version: ")
     if engine == "onnxruntime":
         import onnxruntime
@@ -261,39 +291,99 @@ def _argv(engine: str, model: Path, threads: int, extra: list[str]) -> tuple[lis
         if "--batching" in extra:  # a variant's own batching replaces the default (one --batching on the line)
             i = extra.index("--batching")
             batching, extra = extra[i + 1], extra[:i] + extra[i + 2 :]
-        argv = [sys.executable, "-m", "inference_backend.runners.onnx", "--model", str(model), "--served-model-name",
-                "m", "--host", "127.0.0.1", "--port", port, "--threads", str(threads), "--batching", batching,
-                *extra]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "inference_backend.runners.onnx",
+            "--model",
+            str(model),
+            "--served-model-name",
+            "m",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--threads",
+            str(threads),
+            "--batching",
+            batching,
+            *extra,
+        ]
         versions = f"onnxruntime {onnxruntime.__version__}, onnxruntime-genai {onnxruntime_genai.__version__}"
         return argv, f"inference-backend ONNX server, {versions}"
     import torch
 
-    argv = [sys.executable, "-m", "inference_backend.runners.pytorch", "--model", str(model), "--served-model-name",
-            "m", "--host", "127.0.0.1", "--port", port, "--dtype", "bfloat16", "--threads", str(threads)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "inference_backend.runners.pytorch",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--dtype",
+        "bfloat16",
+        "--threads",
+        str(threads),
+    ]
     return argv, f"inference-backend pytorch runner, torch {torch.__version__}"
 
 
 def _llama_bench(model: Path, threads: int) -> Any:
     """llama-bench's pp512 and tg16 on the same GGUF and threads (one repetition): the engine without HTTP."""
-    argv = [str(llama_server_bin().with_name("llama-bench")), "-m", str(model), "-t", str(threads), "-p",
-            str(PROMPT), "-n", "16", "-r", "1", "-o", "json"]  # fmt: skip
+    argv = [
+        str(llama_server_bin().with_name("llama-bench")),
+        "-m",
+        str(model),
+        "-t",
+        str(threads),
+        "-p",
+        str(PROMPT),
+        "-n",
+        "16",
+        "-r",
+        "1",
+        "-o",
+        "json",
+    ]
     try:
         res = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=True)
-        return {"argv": [model.name if a == str(model) else a for a in argv[1:]],
-                "results": procstats.parse_llama_bench(res.stdout)}  # fmt: skip
+        return {
+            "argv": [model.name if a == str(model) else a for a in argv[1:]],
+            "results": procstats.parse_llama_bench(res.stdout),
+        }
     except (subprocess.SubprocessError, ValueError) as exc:
         return {"error": f"{type(exc).__name__}: {str(exc)[-500:]}"}
 
 
 def _machine() -> dict[str, Any]:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())  # fmt: skip
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor(),
+    )
     mem = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
     return {"cpu": cpu, "cores": os.cpu_count(), "memTotalGiB": round(mem / 2**20, 1)}
 
 
-def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, out: Path, small: bool,
-            build_memory: int = 17 * 2**30, concurrencies: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
+def measure(
+    configs: list[str],
+    work: Path,
+    threads: int,
+    gen: int,
+    keep: bool,
+    out: Path,
+    small: bool,
+    build_memory: int = 17 * 2**30,
+    concurrencies: tuple[int, ...] = (),
+) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"rows": {}}
     machine = _machine()
     work.mkdir(parents=True, exist_ok=True)
@@ -303,10 +393,15 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
         try:
             model, params, bpp = _model(engine, weights, work, small, build_memory)
         except Exception as exc:  # e.g. genai's model builder past its memory cap: say so, go on with the others
-            row = {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}", "engine": engine, "weights": weights,
-                   "modelSeconds": round(time.monotonic() - t, 1), "machine": machine,
-                   "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                   "command": "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:])}  # fmt: skip
+            row = {
+                "error": f"{type(exc).__name__}: {str(exc)[-1500:]}",
+                "engine": engine,
+                "weights": weights,
+                "modelSeconds": round(time.monotonic() - t, 1),
+                "machine": machine,
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "command": "python -m bench.profiles_7b measure " + " ".join(sys.argv[2:]),
+            }
             print(json.dumps(row), flush=True)
             result["rows"][name] = row
             out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -322,10 +417,18 @@ def measure(configs: list[str], work: Path, threads: int, gen: int, keep: bool, 
             row = {"error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
         # other work on the machine slows the run: the 1-minute load average before and after it
         row["loadAverage"] = [float(load), float(Path("/proc/loadavg").read_text().split()[0])]
-        row |= {"engine": engine, "weights": weights, "parameters": params, "bytesPerParam": round(bpp, 4),
-                "threads": threads, "version": version, "modelSeconds": round(made, 1), "machine": machine,
-                "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                "argv": [a if a != str(model) else model.name for a in argv]}  # fmt: skip
+        row |= {
+            "engine": engine,
+            "weights": weights,
+            "parameters": params,
+            "bytesPerParam": round(bpp, 4),
+            "threads": threads,
+            "version": version,
+            "modelSeconds": round(made, 1),
+            "machine": machine,
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "argv": [a if a != str(model) else model.name for a in argv],
+        }
         if engine == "llamacpp" and "error" not in row:
             row["llamaBench"] = _llama_bench(model, threads)
         if (model / BUILD).exists():
@@ -350,19 +453,29 @@ def derive(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         if "error" in r or name in VARIANTS:
             continue
         machine = r.get("machine", result.get("machine"))
-        out.setdefault(r["engine"], []).append({
-            "weights": r["weights"], "parameters": r["parameters"], "bytes_per_param": r["bytesPerParam"],
-            "cores": r["threads"], "prompt_tokens": r["promptTokens"], "ttft_ms": r["ttftMs"],
-            "tokens_per_second_1": r["tokensPerSecond1"], "tokens_per_second_8": r["tokensPerSecond8"],
-            "tokens_per_second_at": [[int(c), v] for c, v in sorted(r.get("tokensPerSecondAt", {}).items(),
-                                                                    key=lambda kv: int(kv[0]))],
-            "peak_rss_gib": round(r["peakRssBytes"] / 2**30, 2),
-            "provenance": (f"measured: {machine['cpu']}, {r['threads']} threads; random Llama-2-7B shape "
-                           f"({r['parameters'] / 1e9:.2f}B, {r['weights']}); {r['version']}; {r['date'][:10]}; "
-                           f"`{r['command']}` ({name}: {' '.join(r['argv'][1:])}); other work "
-                           f"on the machine: 1-minute load average {r['loadAverage'][0]:g} before, "
-                           f"{r['loadAverage'][1]:g} after"),
-        })  # fmt: skip
+        out.setdefault(r["engine"], []).append(
+            {
+                "weights": r["weights"],
+                "parameters": r["parameters"],
+                "bytes_per_param": r["bytesPerParam"],
+                "cores": r["threads"],
+                "prompt_tokens": r["promptTokens"],
+                "ttft_ms": r["ttftMs"],
+                "tokens_per_second_1": r["tokensPerSecond1"],
+                "tokens_per_second_8": r["tokensPerSecond8"],
+                "tokens_per_second_at": [
+                    [int(c), v] for c, v in sorted(r.get("tokensPerSecondAt", {}).items(), key=lambda kv: int(kv[0]))
+                ],
+                "peak_rss_gib": round(r["peakRssBytes"] / 2**30, 2),
+                "provenance": (
+                    f"measured: {machine['cpu']}, {r['threads']} threads; random Llama-2-7B shape "
+                    f"({r['parameters'] / 1e9:.2f}B, {r['weights']}); {r['version']}; {r['date'][:10]}; "
+                    f"`{r['command']}` ({name}: {' '.join(r['argv'][1:])}); other work "
+                    f"on the machine: 1-minute load average {r['loadAverage'][0]:g} before, "
+                    f"{r['loadAverage'][1]:g} after"
+                ),
+            }
+        )
     return out
 
 
@@ -370,8 +483,9 @@ def render_module(rows: dict[str, list[dict[str, Any]]]) -> str:
     text = MODULE.read_text()
     head, _, rest = text.partition("# fmt: off\n")
     _, _, tail = rest.partition("# fmt: on\n")
-    body = "MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = " + (json.dumps(rows, indent=4, sort_keys=True) if
-                                                                     rows else "{}")  # fmt: skip
+    body = "MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = " + (
+        json.dumps(rows, indent=4, sort_keys=True) if rows else "{}"
+    )
     head = head.removeprefix("# ruff: noqa: E501\n")
     long = any(len(line) > 120 for line in body.splitlines())
     return ("# ruff: noqa: E501\n" if long else "") + head + "# fmt: off\n" + body + "\n# fmt: on\n" + tail
@@ -385,13 +499,18 @@ def main() -> int:
     m.add_argument("--work", type=Path, default=Path("/tmp/ib-profiles-7b"))
     m.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     m.add_argument("--gen", type=int, default=16, help="output tokens per request in the tokens/s steps")
-    m.add_argument("--concurrency", default="", help="more loads besides 1 and 8, e.g. 4,16: aggregate tokens/s of "
-                   "that many requests sent at once (the workload model's batch growth)")  # fmt: skip
+    m.add_argument(
+        "--concurrency",
+        default="",
+        help="more loads besides 1 and 8, e.g. 4,16: aggregate tokens/s of "
+        "that many requests sent at once (the workload model's batch growth)",
+    )
     m.add_argument("--keep", action="store_true", help="keep the models (else each is deleted after its run)")
     m.add_argument("--out", type=Path, default=RESULTS)
     m.add_argument("--small", action="store_true", help="tiny shapes instead of 7B: a smoke test of this script")
-    m.add_argument("--max-build-memory-gib", type=float, default=17.0,
-                   help="address-space cap of genai's model builder (onnx-*)")  # fmt: skip
+    m.add_argument(
+        "--max-build-memory-gib", type=float, default=17.0, help="address-space cap of genai's model builder (onnx-*)"
+    )
     w = sub.add_parser("write")
     w.add_argument("--check", action="store_true")
     a = p.parse_args()

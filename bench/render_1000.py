@@ -24,8 +24,10 @@ def main() -> int:
     for ib, decision in work:
         to_yaml(render(ib, decision))  # type: ignore[arg-type]
     t_yaml = time.perf_counter() - t0
-    print(f"render {N} InferenceBackends ({len(cases)} distinct specs, all engines): {t_render:.3f} s "
-          f"({t_render / N * 1e3:.2f} ms each); with YAML serialisation: {t_yaml:.3f} s")  # fmt: skip
+    print(
+        f"render {N} InferenceBackends ({len(cases)} distinct specs, all engines): {t_render:.3f} s "
+        f"({t_render / N * 1e3:.2f} ms each); with YAML serialisation: {t_yaml:.3f} s"
+    )
     return 0 if t_render < 1.0 else 1
 
 

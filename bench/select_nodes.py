@@ -40,8 +40,17 @@ def make_nodes(n: int, seed: int = 7) -> list[dict[str, Any]]:
     nodes = []
     for i in range(n):
         gpu, count = rnd.choice(KINDS)
-        nodes.append(node(f"node-{i:05d}", gpu, count, cpu=rnd.choice(["16", "32", "96"]), memory="256Gi",
-                          ready=rnd.random() > 0.02, unschedulable=rnd.random() < 0.01))  # fmt: skip
+        nodes.append(
+            node(
+                f"node-{i:05d}",
+                gpu,
+                count,
+                cpu=rnd.choice(["16", "32", "96"]),
+                memory="256Gi",
+                ready=rnd.random() > 0.02,
+                unschedulable=rnd.random() < 0.01,
+            )
+        )
     return nodes
 
 
@@ -62,9 +71,11 @@ def run(n: int, repeat: int, synthetic: bool) -> None:
         where = p.describe() if p else "-"
         status = len(json.dumps(decision.to_status().model_dump(mode="json", by_alias=True, exclude_none=True)))
         reasons = sum(len(r) for r in decision.reasons)
-        print(f"  select [{name}]: median {statistics.median(times):.2f} ms, max {max(times):.2f} ms; reasons "
-              f"{len(decision.reasons)} lines / {reasons} chars, status.decision {status} bytes "
-              f"-> {decision.backend} on {where}")  # fmt: skip
+        print(
+            f"  select [{name}]: median {statistics.median(times):.2f} ms, max {max(times):.2f} ms; reasons "
+            f"{len(decision.reasons)} lines / {reasons} chars, status.decision {status} bytes "
+            f"-> {decision.backend} on {where}"
+        )
 
 
 def main() -> None:

@@ -120,9 +120,22 @@ def namespace(kube: Any) -> Iterator[str]:
     name = f"ib-e2e-{uuid.uuid4().hex[:8]}"
     kube.create(Namespace(metadata=ObjectMeta(name=name, labels={"inference-backend.dev/e2e": "true"})))
     yield name
-    subprocess.run([str(tool("kubectl")), "delete", f"inferencebackends.{GROUP}", "--all",
-                    "-n", name, "--wait=true", "--timeout=30s", "--ignore-not-found"],
-                   capture_output=True, text=True, check=False)  # fmt: skip
+    subprocess.run(
+        [
+            str(tool("kubectl")),
+            "delete",
+            f"inferencebackends.{GROUP}",
+            "--all",
+            "-n",
+            name,
+            "--wait=true",
+            "--timeout=30s",
+            "--ignore-not-found",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     kube.delete(Namespace, name)
 
 
@@ -214,9 +227,23 @@ def audit_log(e2e_dir: Path) -> AuditLog:
 def chart() -> Iterator[None]:
     helm = tool("helm")
     kubectl("apply", "-f", str(NODE_SETS))
-    res = subprocess.run([helm, "upgrade", "--install", "ib", str(ROOT / "charts/inference-backend"), "--namespace",
-                          SYSTEM_NS, "--create-namespace", "--wait=false", *chart_helm_args()],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [
+            helm,
+            "upgrade",
+            "--install",
+            "ib",
+            str(ROOT / "charts/inference-backend"),
+            "--namespace",
+            SYSTEM_NS,
+            "--create-namespace",
+            "--wait=false",
+            *chart_helm_args(),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     yield
 
@@ -254,8 +281,16 @@ def operator(sa_kubeconfig: str, e2e_dir: Path) -> Iterator[Operator]:
 def ns(namespace: str) -> str:
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "models.yaml"))
     kubectl("create", "secret", "generic", "hf-token", "-n", namespace, "--from-literal=HF_TOKEN=x")
-    kubectl("create", "secret", "generic", "s3-models", "-n", namespace, "--from-literal=AWS_ACCESS_KEY_ID=x",
-            "--from-literal=AWS_SECRET_ACCESS_KEY=y")  # fmt: skip
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "s3-models",
+        "-n",
+        namespace,
+        "--from-literal=AWS_ACCESS_KEY_ID=x",
+        "--from-literal=AWS_SECRET_ACCESS_KEY=y",
+    )
     # The pvc:// example needs its claim bound: a static PersistentVolume reserved for it.
     volume = {
         "apiVersion": "v1",
@@ -270,10 +305,15 @@ def ns(namespace: str) -> str:
         },
     }
     claim = {
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "research-models",
-                                                                         "namespace": namespace},
-        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": f"{namespace}-models",
-                 "resources": {"requests": {"storage": "10Gi"}}},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "research-models", "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "storageClassName": "",
+            "volumeName": f"{namespace}-models",
+            "resources": {"requests": {"storage": "10Gi"}},
+        },
+    }
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([volume, claim]))
     return namespace

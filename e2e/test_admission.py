@@ -48,9 +48,12 @@ def crds(kube_http: Any, wait_until: Any) -> Iterator[None]:
         doc = yaml.safe_load(text)
         name = doc["metadata"]["name"]
         names.append(name)
-        r = kube_http.patch(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
-                            params={"fieldManager": "e2e-admission", "force": "true"}, content=json.dumps(doc),
-                            headers={"Content-Type": "application/apply-patch+yaml"})  # fmt: skip
+        r = kube_http.patch(
+            f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+            params={"fieldManager": "e2e-admission", "force": "true"},
+            content=json.dumps(doc),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
         assert r.status_code in (200, 201), r.text
 
         def established(n: str = name) -> bool:
@@ -73,8 +76,12 @@ def crds(kube_http: Any, wait_until: Any) -> Iterator[None]:
 
 def dry_create(kube_http: Any, obj: dict[str, Any]) -> tuple[bool, str]:
     ns = obj["metadata"].get("namespace") or "default"
-    r = kube_http.post(PATHS[obj["kind"]].format(ns=ns), params=DRY, content=json.dumps(obj),
-                       headers={"Content-Type": "application/json"})  # fmt: skip
+    r = kube_http.post(
+        PATHS[obj["kind"]].format(ns=ns),
+        params=DRY,
+        content=json.dumps(obj),
+        headers={"Content-Type": "application/json"},
+    )
     if r.status_code in (200, 201):
         return True, ""
     if r.status_code == 404 and obj["kind"] not in ("InferenceBackend", "Deployment", "Service", "PodDisruptionBudget"):
@@ -112,7 +119,10 @@ def test_awkward_names_render_valid_children(kube_http: Any, name: str, tmp_path
     }
     outcome = run_case(body, NODES, tmp_path, CEL)
     assert outcome.render_rc == 0 and {c["kind"] for c in outcome.children} == {
-        "Deployment", "Service", "PodDisruptionBudget"}  # fmt: skip
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    }
     _check(kube_http, body, tmp_path)
 
 

@@ -88,8 +88,21 @@ def engine(chain_ready: None, workdir: Path) -> Iterator[tuple[str, Path]]:
     model = workdir / "tiny"
     subprocess.run([py, "-m", "inference_backend.runners.tiny", str(model)], env=env, check=True, capture_output=True)
     port = free_port()
-    cmd = [py, "-m", "inference_backend.runners.pytorch", "--model", str(model), "--served-model-name", "tiny",
-           "--host", "127.0.0.1", "--port", str(port), "--max-batch-size", str(MAX_BATCH)]  # fmt: skip
+    cmd = [
+        py,
+        "-m",
+        "inference_backend.runners.pytorch",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-batch-size",
+        str(MAX_BATCH),
+    ]
     proc = Proc("pytorch runner", cmd, workdir / "engine.log", venv_env())
     url = f"http://127.0.0.1:{port}"
     try:
@@ -195,9 +208,12 @@ def test_engine_queue_scales_backend_up_and_down(
     doc["spec"].setdefault("hardware", {})["accelerator"] = "cpu"  # replicas fit on the KWOK CPU node
     name = doc["metadata"]["name"]
     doc["spec"]["autoscaling"] = {
-        "minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS, "metric": "queueDepth", "target": TARGET,
+        "minReplicas": MIN_REPLICAS,
+        "maxReplicas": MAX_REPLICAS,
+        "metric": "queueDepth",
+        "target": TARGET,
         "behavior": {"scaleUpStabilizationSeconds": 0, "scaleDownStabilizationSeconds": SCALE_DOWN_WINDOW},
-    }  # fmt: skip
+    }
     # Prometheus scrapes the real engine, its series labelled as the backend's pods' would be.
     prom_proc, prom = start_prometheus(
         workdir / "prometheus",
@@ -234,8 +250,18 @@ def test_engine_queue_scales_backend_up_and_down(
         prom_proc.stop()
 
 
-def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str, keda: Keda, wait_until: Any,
-              workdir: Path, started: float) -> None:  # fmt: skip
+def run_burst(
+    ns: str,
+    deploy: str,
+    url: str,
+    model: Path,
+    prom: str,
+    query: str,
+    keda: Keda,
+    wait_until: Any,
+    workdir: Path,
+    started: float,
+) -> None:
     tl = Timeline()
     stop = threading.Event()
 
@@ -275,18 +301,44 @@ def run_burst(ns: str, deploy: str, url: str, model: Path, prom: str, query: str
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    cmd = [str(runners_venv() / "bin" / "python"), "-m", "inference_backend.cli", "bench", "--url", url,
-           "--model", "tiny", "--processor", str(model), "--concurrency", str(CONCURRENCY),
-           "--seconds", str(BURST_SECONDS), "--prompt-tokens", "32", "--output-tokens", "96", "--no-progress",
-           "--extra-body", '{"ignore_eos": true}',
-           "--out", str(workdir / "bench")]  # fmt: skip
+    cmd = [
+        str(runners_venv() / "bin" / "python"),
+        "-m",
+        "inference_backend.cli",
+        "bench",
+        "--url",
+        url,
+        "--model",
+        "tiny",
+        "--processor",
+        str(model),
+        "--concurrency",
+        str(CONCURRENCY),
+        "--seconds",
+        str(BURST_SECONDS),
+        "--prompt-tokens",
+        "32",
+        "--output-tokens",
+        "96",
+        "--no-progress",
+        "--extra-body",
+        '{"ignore_eos": true}',
+        "--out",
+        str(workdir / "bench"),
+    ]
     t_load = t_end = 0.0
     up = down = t_peak = None
     peak = 0
     try:
         t_load = tl.mark(f"load start: inference-backend bench --concurrency {CONCURRENCY} --seconds {BURST_SECONDS}")
-        res = subprocess.run(cmd, env={**os.environ, **venv_env()}, capture_output=True, text=True,
-                             timeout=BURST_SECONDS + 120, check=False)  # fmt: skip
+        res = subprocess.run(
+            cmd,
+            env={**os.environ, **venv_env()},
+            capture_output=True,
+            text=True,
+            timeout=BURST_SECONDS + 120,
+            check=False,
+        )
         t_end = tl.mark(f"load end (bench exit {res.returncode})")
         assert res.returncode == 0, f"bench failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
 

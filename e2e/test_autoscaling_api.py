@@ -56,8 +56,14 @@ def keda_crd_file() -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
         subprocess.run(["go", "mod", "init", "ib-e2e-keda-crd"], cwd=tmp, env=env, check=True, capture_output=True)
-        res = subprocess.run(["go", "mod", "download", "-json", f"{KEDA_MODULE}@{KEDA_VERSION}"], cwd=tmp, env=env,
-                             capture_output=True, text=True, check=False)  # fmt: skip
+        res = subprocess.run(
+            ["go", "mod", "download", "-json", f"{KEDA_MODULE}@{KEDA_VERSION}"],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if res.returncode != 0:
         pytest.skip(f"go mod download {KEDA_MODULE}@{KEDA_VERSION} failed: {res.stdout} {res.stderr}")
     path = Path(json.loads(res.stdout)["Dir"]) / "config" / "crd" / "bases" / "keda.sh_scaledobjects.yaml"
@@ -124,8 +130,11 @@ def test_missing_keda_crd_is_a_condition_then_picked_up(operator: Operator, ns: 
     wait_phase(wait_until, ns, name, "Ready")  # it serves meanwhile
     assert operator.alive()
     install_keda_crd(wait_until)
-    wait_until("the ScaledObject after the CRD appears", lambda: kubectl(
-        "get", "scaledobject", name, "-n", ns, "--ignore-not-found", "-o", "name").strip(), timeout=120)  # fmt: skip
+    wait_until(
+        "the ScaledObject after the CRD appears",
+        lambda: kubectl("get", "scaledobject", name, "-n", ns, "--ignore-not-found", "-o", "name").strip(),
+        timeout=120,
+    )
     wait_until("ScalerReady", lambda: cond(ib(ns, name), "Autoscaling").get("reason") == "ScalerReady", timeout=60)
 
 
@@ -138,8 +147,12 @@ def _dry_run(doc: dict[str, Any]) -> subprocess.CompletedProcess[str]:
 
 
 def _ib(ns: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": "cel", "namespace": ns}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "cel", "namespace": ns},
+        "spec": spec,
+    }
 
 
 GGUF = {"uri": "hf://x/y/m.gguf", "parameters": "1B", "format": "gguf"}
@@ -150,27 +163,41 @@ GGUF = {"uri": "hf://x/y/m.gguf", "parameters": "1B", "format": "gguf"}
     [
         ({"autoscaling": {**AUTOSCALING, "minReplicas": 6}}, "autoscaling.minReplicas must be at most"),
         ({"autoscaling": {**AUTOSCALING, "minReplicas": 0}}, "set autoscaling.scaleToZero"),
-        ({"autoscaling": {**AUTOSCALING, "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}}},
-         "autoscaling.scaleToZero is set: autoscaling.minReplicas must be 0"),
+        (
+            {"autoscaling": {**AUTOSCALING, "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}}},
+            "autoscaling.scaleToZero is set: autoscaling.minReplicas must be 0",
+        ),
         ({"autoscaling": {**AUTOSCALING, "metric": "kvCacheUsage", "target": 120}}, "a percentage of the KV cache"),
         ({"autoscaling": {**AUTOSCALING, "metric": "gpuUtilization"}}, "spec.autoscaling.metric"),
         ({"autoscaling": {**AUTOSCALING, "maxReplicas": 0}}, "spec.autoscaling.maxReplicas"),
-        ({"backend": "tgi", "autoscaling": {**AUTOSCALING, "metric": "kvCacheUsage", "target": 50}},
-         "autoscaling.metric kvCacheUsage: tgi and llamacpp expose no such metric"),
-        ({"backend": "vllm", "autoscaling": {**AUTOSCALING, "minReplicas": 0,
-                                             "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}}},
-         "autoscaling.minReplicas 0: vllm, tgi and sglang cold-start in minutes"),
+        (
+            {"backend": "tgi", "autoscaling": {**AUTOSCALING, "metric": "kvCacheUsage", "target": 50}},
+            "autoscaling.metric kvCacheUsage: tgi and llamacpp expose no such metric",
+        ),
+        (
+            {
+                "backend": "vllm",
+                "autoscaling": {
+                    **AUTOSCALING,
+                    "minReplicas": 0,
+                    "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"},
+                },
+            },
+            "autoscaling.minReplicas 0: vllm, tgi and sglang cold-start in minutes",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_crd_refuses_bad_autoscaling_naming_the_field(namespace: str, spec: dict[str, Any], says: str) -> None:
     res = _dry_run(_ib(namespace, {"model": GGUF, **spec}))
     assert res.returncode != 0 and says in res.stderr, res.stderr
 
 
 def test_the_crd_admits_good_autoscaling(namespace: str) -> None:
-    for auto in ({**AUTOSCALING, "behavior": {"scaleDownStabilizationSeconds": 0}},
-                 {**AUTOSCALING, "minReplicas": 0, "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}},
-                 {**AUTOSCALING, "metric": "kvCacheUsage", "target": 100}):  # fmt: skip
+    for auto in (
+        {**AUTOSCALING, "behavior": {"scaleDownStabilizationSeconds": 0}},
+        {**AUTOSCALING, "minReplicas": 0, "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}},
+        {**AUTOSCALING, "metric": "kvCacheUsage", "target": 100},
+    ):
         res = _dry_run(_ib(namespace, {"model": GGUF, "autoscaling": auto}))
         assert res.returncode == 0, (auto, res.stderr)
 
@@ -188,9 +215,17 @@ def test_rendered_scaled_objects_pass_kedas_crd(namespace: str, wait_until: Any)
                 assert res.returncode == 0, (path.name, res.stderr)
                 found += 1
     assert found >= 2
-    bad = {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x", "namespace": namespace},
-           "spec": {"scaleTargetRef": {"name": "x"}, "minReplicaCount": 5, "maxReplicaCount": 2,
-                    "triggers": [{"type": "prometheus", "metadata": {}}]}}  # fmt: skip
+    bad = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "x", "namespace": namespace},
+        "spec": {
+            "scaleTargetRef": {"name": "x"},
+            "minReplicaCount": 5,
+            "maxReplicaCount": 2,
+            "triggers": [{"type": "prometheus", "metadata": {}}],
+        },
+    }
     res = _dry_run(bad)
     assert res.returncode != 0 and "minReplicaCount must be less than or equal to maxReplicaCount" in res.stderr
 
@@ -203,23 +238,29 @@ def test_kubectl_scale_ib_moves_the_deployment(operator: Operator, ns: str, wait
     name = doc["metadata"]["name"]
     apply(doc)
     obj = wait_phase(wait_until, ns, name, "Ready")
-    assert obj["status"]["selector"] == (f"app.kubernetes.io/component=inference-server,app.kubernetes.io/instance="
-                                         f"{name},app.kubernetes.io/managed-by=inference-backend-operator")  # fmt: skip
+    assert obj["status"]["selector"] == (
+        f"app.kubernetes.io/component=inference-server,app.kubernetes.io/instance="
+        f"{name},app.kubernetes.io/managed-by=inference-backend-operator"
+    )
     kubectl("scale", "ib", name, "-n", ns, "--replicas=3")
     assert ib(ns, name)["spec"]["replicas"] == 3
     wait_until("the Deployment at 3 replicas", lambda: deployment(ns, name)["spec"]["replicas"] == 3, timeout=60)
     obj = wait_ready(wait_until, ns, name, "3/3")
     assert obj["status"]["phase"] == "Ready" and obj["status"]["replicas"] == 3
-    scale = json.loads(kubectl("get", "--raw", f"/apis/serving.inferencebackend.io/v1alpha1/namespaces/{ns}/"
-                               f"inferencebackends/{name}/scale"))  # fmt: skip
+    scale = json.loads(
+        kubectl(
+            "get", "--raw", f"/apis/serving.inferencebackend.io/v1alpha1/namespaces/{ns}/inferencebackends/{name}/scale"
+        )
+    )
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
     assert scale["status"]["selector"] == obj["status"]["selector"]
     pods = get_json("pods", "-n", ns, "-l", obj["status"]["selector"])["items"]
     assert len(pods) == 3
 
 
-def test_autoscaled_replicas_belong_to_the_autoscaler(operator: Operator, ns: str, wait_until: Any,
-                                                      audit_log: Any) -> None:  # fmt: skip
+def test_autoscaled_replicas_belong_to_the_autoscaler(
+    operator: Operator, ns: str, wait_until: Any, audit_log: Any
+) -> None:
     install_keda_crd(wait_until)
     doc = example("llamacpp-cpu-gguf.yaml", ns, autoscaling=AUTOSCALING, resources=SMALL)
     name = doc["metadata"]["name"]
@@ -238,14 +279,21 @@ def test_autoscaled_replicas_belong_to_the_autoscaler(operator: Operator, ns: st
     kubectl("scale", "deployment", name, "-n", ns, "--replicas=4")
     wait_ready(wait_until, ns, name, "4/4")
     # Another autoscaler's way: server-side apply of replicas by its own field manager.
-    patch = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
-             "spec": {"replicas": 2}}  # fmt: skip
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 2},
+    }
     kubectl("apply", "--server-side", "--field-manager=keda-hpa-sim", "-f", "-", stdin=yaml.safe_dump(patch))
     wait_ready(wait_until, ns, name, "2/2")
     # Reconciles: a spec change the Deployment does not depend on (the ScaledObject does), and the node pass.
     kubectl("patch", "ib", name, "-n", ns, "--type=merge", "-p", json.dumps({"spec": {"autoscaling": {"target": 3}}}))
-    wait_until("the ScaledObject at threshold 3", lambda: get_json("scaledobject", name, "-n", ns)["spec"]["triggers"]
-               [0]["metadata"]["threshold"] == "3", timeout=60)  # fmt: skip
+    wait_until(
+        "the ScaledObject at threshold 3",
+        lambda: get_json("scaledobject", name, "-n", ns)["spec"]["triggers"][0]["metadata"]["threshold"] == "3",
+        timeout=60,
+    )
     wait_phase(wait_until, ns, name, "Ready")
     time.sleep(5)  # the last events of the pods and the Deployment settle
     quiet = audit_log.mark()
@@ -272,17 +320,29 @@ def test_autoscaling_on_keeps_replicas_and_off_takes_them_back(operator: Operato
     wait_phase(wait_until, ns, name, "Ready")
     assert managers_of_replicas(deployment(ns, name)) == {"inference-backend"}
     kubectl("patch", "ib", name, "-n", ns, "--type=merge", "-p", json.dumps({"spec": {"autoscaling": AUTOSCALING}}))
-    wait_until("the ScaledObject", lambda: kubectl("get", "scaledobject", name, "-n", ns, "--ignore-not-found",
-                                                   "-o", "name").strip(), timeout=60)  # fmt: skip
+    wait_until(
+        "the ScaledObject",
+        lambda: kubectl("get", "scaledobject", name, "-n", ns, "--ignore-not-found", "-o", "name").strip(),
+        timeout=60,
+    )
     for _ in range(10):  # not reset to the default 1 by the apply that dropped the field
         dep = deployment(ns, name)
         assert dep["spec"]["replicas"] == 3, dep["spec"]
         time.sleep(0.5)
     assert managers_of_replicas(dep) == {"inference-backend-handoff"}
     assert ib(ns, name)["status"]["autoscaling"]["scaledObject"] == name
-    kubectl("patch", "ib", name, "-n", ns, "--type=json", "-p",
-            json.dumps([{"op": "remove", "path": "/spec/autoscaling"}, {"op": "replace", "path": "/spec/replicas",
-                                                                         "value": 1}]))  # fmt: skip
+    kubectl(
+        "patch",
+        "ib",
+        name,
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        json.dumps(
+            [{"op": "remove", "path": "/spec/autoscaling"}, {"op": "replace", "path": "/spec/replicas", "value": 1}]
+        ),
+    )
     wait_until(
         "the ScaledObject deleted",
         lambda: not kubectl("get", "scaledobject", name, "-n", ns, "--ignore-not-found", "-o", "name").strip(),

@@ -43,8 +43,16 @@ def test_every_branch_is_admitted_by_the_apiserver(branch: str, watched_namespac
     res = _helm("template", "ib", str(CHART), "--namespace", SYSTEM_NS, "-f", str(values))
     assert res.returncode == 0, res.stderr
     docs = [d for d in yaml.safe_load_all(res.stdout) if d]
-    out = kubectl("apply", "--server-side", "--dry-run=server", "--force-conflicts", "--field-manager=ib-e2e-chart",
-                  "-f", "-", stdin=yaml.safe_dump_all(docs))  # fmt: skip
+    out = kubectl(
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--force-conflicts",
+        "--field-manager=ib-e2e-chart",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump_all(docs),
+    )
     kinds = {d["kind"] for d in docs}
     assert "deployment.apps/" in out and ("pod/" in out) == ("Pod" in kinds), out
 
@@ -78,5 +86,6 @@ def test_the_documented_crd_upgrade(chart: None, tmp_path: Path) -> None:
     live = yaml.safe_load(kubectl("get", "crd", CRD, "-o", "yaml"))
     assert live["spec"]["versions"][0]["schema"]["openAPIV3Schema"].get("description") == (
         yaml.safe_load((CHART / "crds/serving.inferencebackend.io_inferencebackends.yaml").read_text())["spec"][
-            "versions"][0]["schema"]["openAPIV3Schema"].get("description")
-    )  # fmt: skip
+            "versions"
+        ][0]["schema"]["openAPIV3Schema"].get("description")
+    )

@@ -26,10 +26,20 @@ TAINT = {"key": "inference-backend.dev/dra-e2e", "value": "true", "effect": "NoS
 """Keeps the other e2e modules' backends off this node (their selection leaves it out: not tolerated)."""
 TOLERATIONS = [{**TAINT, "operator": "Equal"}, KWOK_TOLERATION]
 DEVICE_CLASS = {
-    "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com"},
-    "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com' && "
-                                                  "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]},
-}  # fmt: skip
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                }
+            }
+        ]
+    },
+}
 """As the driver's chart creates it (k8s-dra-driver-gpu deployments/helm/.../deviceclass-gpu.yaml)."""
 
 
@@ -43,10 +53,15 @@ def kwok_node() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def dra_node(operator: Operator, wait_until: Any) -> Iterator[str]:
-    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([kwok_node(), DEVICE_CLASS,
-                                                          P.nvidia_slice(NODE, count=2)]))  # fmt: skip
-    wait_until("the DRA node Ready", lambda: any(c["type"] == "Ready" and c["status"] == "True" for c in get_json(
-        "node", NODE)["status"].get("conditions", [])), timeout=120)  # fmt: skip
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([kwok_node(), DEVICE_CLASS, P.nvidia_slice(NODE, count=2)]))
+    wait_until(
+        "the DRA node Ready",
+        lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in get_json("node", NODE)["status"].get("conditions", [])
+        ),
+        timeout=120,
+    )
     yield NODE
     kubectl("delete", "resourceslice", f"{NODE}-gpu.nvidia.com", "--ignore-not-found")
     kubectl("delete", "node", NODE, "--ignore-not-found")
@@ -55,20 +70,26 @@ def dra_node(operator: Operator, wait_until: Any) -> Iterator[str]:
 
 def backend(ns: str, name: str, replicas: int) -> dict[str, Any]:
     return {
-        "apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"replicas": replicas, "model": {"modelRef": "llama-3-1-8b", "credentialsSecret": "hf-token"},
-                 "hardware": {"accelerator": "gpu", "nodeSelector": {"inference-backend.dev/node-class": "dra"},
-                              "tolerations": TOLERATIONS}},
-    }  # fmt: skip
+        "spec": {
+            "replicas": replicas,
+            "model": {"modelRef": "llama-3-1-8b", "credentialsSecret": "hf-token"},
+            "hardware": {
+                "accelerator": "gpu",
+                "nodeSelector": {"inference-backend.dev/node-class": "dra"},
+                "tolerations": TOLERATIONS,
+            },
+        },
+    }
 
 
 def claims_on(ns: str) -> list[dict[str, Any]]:
     return list(get_json("resourceclaims.resource.k8s.io", "-n", ns)["items"])
 
 
-def test_a_dra_only_gpu_node_serves_and_capacity_is_counted_per_device(dra_node: str, ns: str,
-                                                                       wait_until: Any) -> None:  # fmt: skip
+def test_a_dra_only_gpu_node_serves_and_capacity_is_counted_per_device(dra_node: str, ns: str, wait_until: Any) -> None:
     apply(backend(ns, "dra-a", 2))
     st = wait_phase(wait_until, ns, "dra-a", "Ready", timeout=180)["status"]
     assert st["backend"] == "vllm" and st["ready"] == "2/2"
@@ -80,8 +101,11 @@ def test_a_dra_only_gpu_node_serves_and_capacity_is_counted_per_device(dra_node:
     pods = get_json("pods", "-n", ns, "-l", "app.kubernetes.io/instance=dra-a")["items"]
     assert sorted(p["spec"]["nodeName"] for p in pods) == [NODE, NODE]
     assert all("nvidia.com/gpu" not in (p["spec"]["containers"][0]["resources"].get("limits") or {}) for p in pods)
-    allocated = [r for c in claims_on(ns) for r in ((c.get("status") or {}).get("allocation") or {}).get(
-        "devices", {}).get("results", [])]  # fmt: skip
+    allocated = [
+        r
+        for c in claims_on(ns)
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    ]
     assert sorted(r["device"] for r in allocated) == ["gpu-0", "gpu-1"]  # the scheduler allocated both devices
     assert {(r["driver"], r["pool"]) for r in allocated} == {("gpu.nvidia.com", NODE)}
 
@@ -102,24 +126,46 @@ def test_a_dra_only_gpu_node_serves_and_capacity_is_counted_per_device(dra_node:
 STATIC_CLASS = "ib-e2e-static"
 
 
-def test_a_storage_class_cache_gets_one_claim_the_operator_creates(operator: Operator, ns: str, wait_until: Any,
-                                                                   audit_log: Any) -> None:  # fmt: skip
+def test_a_storage_class_cache_gets_one_claim_the_operator_creates(
+    operator: Operator, ns: str, wait_until: Any, audit_log: Any
+) -> None:
     """spec.model.cache.storageClass (issue 30 item 1): the operator creates the weights' claim once, owned by the
     backend, and the backend's pod mounts it. No provisioner runs here: the class is a static one
     (kubernetes.io/no-provisioner, Immediate binding) with a PersistentVolume for the PV controller to bind."""
     mark = audit_log.mark()
-    klass = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": STATIC_CLASS},
-             "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"}  # fmt: skip
-    volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{ns}-weights"},
-              "spec": {"capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
-                       "storageClassName": STATIC_CLASS, "hostPath": {"path": "/tmp"},
-                       "claimRef": {"namespace": ns, "name": "cached-weights"}}}  # fmt: skip
+    klass = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": STATIC_CLASS},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "Immediate",
+    }
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"{ns}-weights"},
+        "spec": {
+            "capacity": {"storage": "100Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": STATIC_CLASS,
+            "hostPath": {"path": "/tmp"},
+            "claimRef": {"namespace": ns, "name": "cached-weights"},
+        },
+    }
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([klass, volume]))
-    doc = {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-           "metadata": {"name": "cached", "namespace": ns},
-           "spec": {"model": {"modelRef": "llama-3-1-8b", "credentialsSecret": "hf-token",
-                              "cache": {"storageClass": STATIC_CLASS}},
-                    "hardware": {"accelerator": "gpu", "tolerations": [KWOK_TOLERATION]}}}  # fmt: skip
+    doc = {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "cached", "namespace": ns},
+        "spec": {
+            "model": {
+                "modelRef": "llama-3-1-8b",
+                "credentialsSecret": "hf-token",
+                "cache": {"storageClass": STATIC_CLASS},
+            },
+            "hardware": {"accelerator": "gpu", "tolerations": [KWOK_TOLERATION]},
+        },
+    }
     apply(doc)
     st = wait_phase(wait_until, ns, "cached", "Ready", timeout=180)["status"]
     assert st["ready"] == "1/1"
@@ -133,8 +179,11 @@ def test_a_storage_class_cache_gets_one_claim_the_operator_creates(operator: Ope
     kubectl("annotate", "inferencebackends.serving.inferencebackend.io", "cached", "-n", ns, "e2e/poke=1")
     wait_phase(wait_until, ns, "cached", "Ready", timeout=60)
     sa = "system:serviceaccount:ib-system:ib-inference-backend"
-    made = [e for e in audit_log.writes(mark, user=sa, resource="persistentvolumeclaims", namespace=ns)
-            if (e.get("responseStatus") or {}).get("code") == 201]  # fmt: skip
+    made = [
+        e
+        for e in audit_log.writes(mark, user=sa, resource="persistentvolumeclaims", namespace=ns)
+        if (e.get("responseStatus") or {}).get("code") == 201
+    ]
     assert len(made) == 1, made  # created once; later applies only patch it
     assert get_json("pvc", "cached-weights", "-n", ns)["metadata"]["uid"] == claim["metadata"]["uid"]
     kubectl("delete", "pv", f"{ns}-weights", "--ignore-not-found", "--wait=false")

@@ -32,12 +32,19 @@ def refusing(ns: str, wait_until: Any) -> Iterator[None]:
         "metadata": {"name": POLICY},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
-                                                    "operations": ["CREATE", "UPDATE"],
-                                                    "resources": ["deployments"]}]},
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["deployments"],
+                    }
+                ]
+            },
             "validations": [{"expression": "object.metadata.name != 'refused'", "message": REFUSAL}],
         },
-    }  # fmt: skip
+    }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
@@ -49,9 +56,15 @@ def refusing(ns: str, wait_until: Any) -> Iterator[None]:
         },
     }
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([policy, binding]))
-    probe = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "refused", "namespace": ns},
-             "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}},
-                      "spec": {"containers": [{"name": "c", "image": "i"}]}}}}  # fmt: skip
+    probe = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "refused", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
 
     def enforced() -> bool:  # the API server's policy informer takes a moment to see a new binding
         out = kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(probe), check=False)

@@ -149,13 +149,13 @@ def test_apiserver_and_etcd_restarts_lose_no_status_and_cause_no_writes(
     for component in ("kube-apiserver", "etcd"):
         since = time.time()
         restart_component(e2e_dir, component, signal.SIGKILL)  # a crash, not a graceful stop
-        wait_until(f"{component} back", lambda: kubectl("get", "--raw", "/readyz", check=False).strip() == "ok",
-                   timeout=120)  # fmt: skip
+        wait_until(
+            f"{component} back", lambda: kubectl("get", "--raw", "/readyz", check=False).strip() == "ok", timeout=120
+        )
         time.sleep(20)  # the operator's watches reconnect and relist
         after = ib(ns, NAMES[0])["status"]
         assert after == before, f"the status changed across the {component} restart"
-        writes = [e for e in _writes(e2e_dir / "audit.log", since) if (e.get("objectRef") or {}).get(
-            "namespace") == ns]  # fmt: skip
+        writes = [e for e in _writes(e2e_dir / "audit.log", since) if (e.get("objectRef") or {}).get("namespace") == ns]
         assert writes == [], (component, [(e["verb"], e["objectRef"]) for e in writes])
         assert standalone.alive(), f"the operator survived the {component} restart"
         print(f"{component} restarted: status intact, 0 operator writes in the 20 s after")
@@ -205,9 +205,30 @@ class Refuser(BaseHTTPRequestHandler):
 @pytest.fixture
 def refusing_webhook(ns: str, tmp_path: Path) -> Iterator[type[Refuser]]:
     key, crt = tmp_path / "tls.key", tmp_path / "tls.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", str(key), "-out", str(crt), "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(crt),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     server = ThreadingHTTPServer(("127.0.0.1", 0), Refuser)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(crt), str(key))
@@ -215,18 +236,32 @@ def refusing_webhook(ns: str, tmp_path: Path) -> Iterator[type[Refuser]]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     name = f"ib-e2e-refuse-{ns}"
     config = {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [{
-            "name": "refuse.e2e.inferencebackend.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Fail", "timeoutSeconds": 5,
-            "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/validate",
-                             "caBundle": base64.b64encode(crt.read_bytes()).decode()},
-            "rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                       "resources": ["deployments"]}],
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-        }],
-    }  # fmt: skip
+        "webhooks": [
+            {
+                "name": "refuse.e2e.inferencebackend.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{server.server_address[1]}/validate",
+                    "caBundle": base64.b64encode(crt.read_bytes()).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": ["apps"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["deployments"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            }
+        ],
+    }
     Refuser.answers, Refuser.seen = [], []
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump(config))
     yield Refuser
@@ -234,8 +269,9 @@ def refusing_webhook(ns: str, tmp_path: Path) -> Iterator[type[Refuser]]:
     server.shutdown()
 
 
-def test_5xx_and_409_on_child_applies_are_retried(standalone: Operator, ns: str, refusing_webhook: type[Refuser],
-                                                  wait_until: Any) -> None:  # fmt: skip
+def test_5xx_and_409_on_child_applies_are_retried(
+    standalone: Operator, ns: str, refusing_webhook: type[Refuser], wait_until: Any
+) -> None:
     refusing_webhook.answers = [(500, "e2e: injected internal error"), (409, "e2e: injected conflict")]
     standalone.start(peering=None)
     started = time.monotonic()
@@ -258,8 +294,14 @@ def test_leader_killed_the_standby_takes_over(sa_kubeconfig: str, ns: str, wait_
     standby_log = e2e_dir / "logs" / "operator-standby2.log"
     standby_log.write_text("")
     standby = Operator(sa_kubeconfig, standby_log)
-    kubectl("apply", "-f", "-", stdin=yaml.safe_dump({"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-                                                       "metadata": {"name": "ib-e2e-takeover"}}))  # fmt: skip
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(
+            {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": "ib-e2e-takeover"}}
+        ),
+    )
     active.start(priority=1000, peering="ib-e2e-takeover")
     standby.start(priority=1, peering="ib-e2e-takeover")
     try:

@@ -50,13 +50,18 @@ def run(command: str, cwd: Path = ROOT) -> str:
 
 
 def uninstall() -> None:
-    subprocess.run([tool("helm"), "uninstall", "ib", "--namespace", SYSTEM_NS, "--wait", "--ignore-not-found"],
-                   capture_output=True, text=True, check=False)  # fmt: skip
+    subprocess.run(
+        [tool("helm"), "uninstall", "ib", "--namespace", SYSTEM_NS, "--wait", "--ignore-not-found"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def installed_release() -> dict[str, str]:
-    out = subprocess.run([tool("helm"), "list", "--namespace", SYSTEM_NS, "-o", "json"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [tool("helm"), "list", "--namespace", SYSTEM_NS, "-o", "json"], capture_output=True, text=True, check=True
+    ).stdout
     (release,) = [r for r in json.loads(out) if r["name"] == "ib"]
     return release  # type: ignore[no-any-return]
 
@@ -104,10 +109,19 @@ def test_install_from_the_oci_package(tmp_path: Path) -> None:
 def test_model_inspect_then_apply(tmp_path: Path) -> None:
     inspect, apply = [c for c in commands(section("Model facts from the artifact")) if not c.startswith("pip ")]
     config = {  # Mixtral-8x7B's config.json keys, at a tiny size
-        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256,
-        "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, "dtype": "bfloat16",
-    }  # fmt: skip
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 96,
+        "vocab_size": 256,
+        "max_position_embeddings": 32768,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "dtype": "bfloat16",
+    }
     shapes = art.moe_shapes(hidden=64, layers=2, heads=8, kv_heads=2, inter=96, vocab=256, experts=8)
     art.hf_dir(tmp_path / "Mixtral-8x7B-v0.1", config, shapes)
     inspect = inspect.replace("inference-backend ", f"{Path(sys.executable).parent / 'inference-backend'} ", 1)

@@ -55,8 +55,9 @@ def _ready(pod: dict[str, Any]) -> bool:
     )
 
 
-def test_405b_backend_runs_as_a_leaderworkerset_on_distinct_nodes(operator: Operator, ns: str, h100_pool: list[str],
-                                                                  wait_until: Any) -> None:  # fmt: skip
+def test_405b_backend_runs_as_a_leaderworkerset_on_distinct_nodes(
+    operator: Operator, ns: str, h100_pool: list[str], wait_until: Any
+) -> None:
     if not _has_lws():
         pytest.skip(f"no {LWS_CRD} CRD: e2e/up runs the LeaderWorkerSet controller unless E2E_LWS=0")
     apply(_big(ns))
@@ -90,8 +91,13 @@ def test_405b_backend_runs_as_a_leaderworkerset_on_distinct_nodes(operator: Oper
     assert get_json("service", "llama-405b-lws", "-n", ns)["spec"]["clusterIP"] == "None"
 
     described = kubectl("describe", "ib", "llama-405b", "-n", ns)
-    for text in ("chosen: vllm on 2 nodes x 8x NVIDIA-H100-80GB-HBM3", "memory per node:", "NVLink",
-                 "pipeline parallel across nodes over the cluster network", "Pipeline Parallel Size:"):  # fmt: skip
+    for text in (
+        "chosen: vllm on 2 nodes x 8x NVIDIA-H100-80GB-HBM3",
+        "memory per node:",
+        "NVLink",
+        "pipeline parallel across nodes over the cluster network",
+        "Pipeline Parallel Size:",
+    ):
         assert text in described, text
     assert operator.alive()
 
@@ -111,8 +117,9 @@ def _workloads(ns: str) -> set[str]:
     return set(kubectl("get", "deployment,leaderworkerset", "-n", ns, "-o", "name").split())
 
 
-def test_switching_between_a_deployment_and_a_leaderworkerset(operator: Operator, ns: str, h100_pool: list[str],
-                                                              wait_until: Any) -> None:  # fmt: skip
+def test_switching_between_a_deployment_and_a_leaderworkerset(
+    operator: Operator, ns: str, h100_pool: list[str], wait_until: Any
+) -> None:
     """One node -> several -> one: the new kind of workload is applied beside the old one, the old one is deleted
     once the new one is available, and the backend ends Ready on the new one each time."""
     if not _has_lws():
@@ -140,8 +147,10 @@ def test_switching_between_a_deployment_and_a_leaderworkerset(operator: Operator
     )
     obj = wait_phase(wait_until, ns, "llama-405b", "Ready", timeout=120)
     assert obj["status"]["decision"]["placement"]["nodes"] == 1
-    assert "leaderworkerset.sigs.k8s.io/worker-index" not in get_json("service", "llama-405b", "-n", ns)["spec"][
-        "selector"]  # fmt: skip
+    assert (
+        "leaderworkerset.sigs.k8s.io/worker-index"
+        not in get_json("service", "llama-405b", "-n", ns)["spec"]["selector"]
+    )
     assert operator.alive()
 
 

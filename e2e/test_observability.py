@@ -117,11 +117,28 @@ def engine(ready: None, workdir: Path) -> Iterator[str]:
     """Our PyTorch runner on a tiny random model made on the spot; yields its URL."""
     py = str(_runners_venv() / "bin" / "python")
     model = workdir / "tiny"
-    subprocess.run([py, "-m", "inference_backend.runners.tiny", str(model)], env={**os.environ, **VENV_ENV},
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [py, "-m", "inference_backend.runners.tiny", str(model)],
+        env={**os.environ, **VENV_ENV},
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
-    cmd = [py, "-m", "inference_backend.runners.pytorch", "--model", str(model), "--served-model-name", "tiny",
-           "--host", "127.0.0.1", "--port", str(port), "--max-batch-size", "2"]  # fmt: skip
+    cmd = [
+        py,
+        "-m",
+        "inference_backend.runners.pytorch",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-batch-size",
+        "2",
+    ]
     proc = Proc("pytorch runner", cmd, workdir / "engine.log", VENV_ENV)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -163,22 +180,32 @@ def service_monitor_job(sm: dict[str, Any], service: dict[str, Any], target: str
     return {
         "job_name": f"serviceMonitor/{sm['metadata']['namespace']}/{sm['metadata']['name']}/0",
         "metrics_path": ep["path"],
-        "static_configs": [{"targets": [target], "labels": {
-            "__meta_kubernetes_namespace": SYSTEM_NS,
-            "__meta_kubernetes_service_name": name,
-            "__meta_kubernetes_endpoint_port_name": ep["port"],
-            **{f"__meta_kubernetes_service_label_{_sanitize(k)}": v for k, v in service["metadata"]["labels"].items()},
-        }}],
+        "static_configs": [
+            {
+                "targets": [target],
+                "labels": {
+                    "__meta_kubernetes_namespace": SYSTEM_NS,
+                    "__meta_kubernetes_service_name": name,
+                    "__meta_kubernetes_endpoint_port_name": ep["port"],
+                    **{
+                        f"__meta_kubernetes_service_label_{_sanitize(k)}": v
+                        for k, v in service["metadata"]["labels"].items()
+                    },
+                },
+            }
+        ],
         "relabel_configs": [
-            *({"source_labels": [f"__meta_kubernetes_service_label_{_sanitize(k)}"], "regex": v, "action": "keep"}
-              for k, v in sm["spec"]["selector"]["matchLabels"].items()),
+            *(
+                {"source_labels": [f"__meta_kubernetes_service_label_{_sanitize(k)}"], "regex": v, "action": "keep"}
+                for k, v in sm["spec"]["selector"]["matchLabels"].items()
+            ),
             {"source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": ep["port"], "action": "keep"},
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
             {"target_label": "endpoint", "replacement": ep["port"]},
             *(_relabel(r) for r in ep.get("relabelings") or []),
         ],
-    }  # fmt: skip
+    }
 
 
 def pod_monitor_job(pm: dict[str, Any], pod: dict[str, Any], target: str) -> dict[str, Any]:
@@ -200,8 +227,10 @@ def pod_monitor_job(pm: dict[str, Any], pod: dict[str, Any], target: str) -> dic
         "metrics_path": ep["path"],
         "static_configs": [{"targets": [target], "labels": meta}],
         "relabel_configs": [
-            *({"source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(k)}"], "regex": v, "action": "keep"}
-              for k, v in pm["spec"]["selector"]["matchLabels"].items()),
+            *(
+                {"source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(k)}"], "regex": v, "action": "keep"}
+                for k, v in pm["spec"]["selector"]["matchLabels"].items()
+            ),
             {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": ep["port"], "action": "keep"},
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
@@ -210,7 +239,7 @@ def pod_monitor_job(pm: dict[str, Any], pod: dict[str, Any], target: str) -> dic
             {"target_label": "endpoint", "replacement": ep["port"]},
             *(_relabel(r) for r in ep.get("relabelings") or []),
         ],
-    }  # fmt: skip
+    }
 
 
 def api(prom: str, path: str, **params: str) -> Any:
@@ -245,8 +274,7 @@ def traffic(url: str, requests: int = 12, concurrency: int = 4) -> None:
 
 
 def substitute(expr: str, namespace: str, backend: str) -> str:
-    return (expr.replace("$__rate_interval", RATE_INTERVAL).replace("$namespace", namespace)
-            .replace("$backend", backend))  # fmt: skip
+    return expr.replace("$__rate_interval", RATE_INTERVAL).replace("$namespace", namespace).replace("$backend", backend)
 
 
 def metric_names(expr: str) -> list[list[str]]:
@@ -383,7 +411,12 @@ def check_queries(prom: str, rendered: dict[str, Any], engine: str, ns: str, nam
     bad = [(r["name"], r.get("health"), r.get("lastError")) for r in listed if r.get("health") != "ok"]
     assert not bad, bad
     alerts = api(prom, "alerts")["alerts"]
-    assert any(a["labels"]["alertname"] == "InferenceBackendTTFTOverObjective"
-               and a["labels"].get("app_kubernetes_io_instance") == name for a in alerts), alerts  # fmt: skip
-    print(f"{checked} dashboard and rule queries answered by Prometheus, {with_data} with data; alerts: "
-          f"{sorted((a['labels']['alertname'], a['state']) for a in alerts)}")  # fmt: skip
+    assert any(
+        a["labels"]["alertname"] == "InferenceBackendTTFTOverObjective"
+        and a["labels"].get("app_kubernetes_io_instance") == name
+        for a in alerts
+    ), alerts
+    print(
+        f"{checked} dashboard and rule queries answered by Prometheus, {with_data} with data; alerts: "
+        f"{sorted((a['labels']['alertname'], a['state']) for a in alerts)}"
+    )

@@ -43,8 +43,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("file", "engine", "flags"), CASES, ids=[c[1] + "-" + c[0].split(".")[0] for c in CASES])
-def test_example_reaches_ready(operator: Operator, ns: str, wait_until: Any, file: str, engine: str,
-                               flags: list[str]) -> None:  # fmt: skip
+def test_example_reaches_ready(
+    operator: Operator, ns: str, wait_until: Any, file: str, engine: str, flags: list[str]
+) -> None:
     doc = example(file, ns)
     name = doc["metadata"]["name"]
     apply(doc)
@@ -72,8 +73,13 @@ CPU_EXAMPLES = ["llamacpp-cpu-gguf.yaml", "onnxruntime-phi-3.yaml", "pytorch-res
 def test_cpu_engines_run_in_a_restricted_namespace(operator: Operator, ns: str, wait_until: Any) -> None:
     """Every engine that runs on CPU renders pods that Pod Security "restricted" admits: the namespace enforces
     it, the ReplicaSets create their pods, and the backends become Ready."""
-    kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
-            "pod-security.kubernetes.io/enforce-version=latest")  # fmt: skip
+    kubectl(
+        "label",
+        "namespace",
+        ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
     engines = set()
     for file in CPU_EXAMPLES:  # one at a time: each sized for the whole CPU node
         doc = example(file, ns)
@@ -119,9 +125,16 @@ def test_batching_change_rolls_the_deployment(operator: Operator, ns: str, wait_
     before = get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["metadata"]["annotations"]
     doc["spec"]["batching"]["maxBatchSize"] = 4
     apply(doc)
-    after = wait_until("a new spec hash", lambda: (
-        a := get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["metadata"]["annotations"]
-    )[f"{GROUP}/spec-hash"] != before[f"{GROUP}/spec-hash"] and a)  # fmt: skip
+    after = wait_until(
+        "a new spec hash",
+        lambda: (
+            (a := get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["metadata"]["annotations"])[
+                f"{GROUP}/spec-hash"
+            ]
+            != before[f"{GROUP}/spec-hash"]
+            and a
+        ),
+    )
     assert after[f"{GROUP}/spec-hash"] != before[f"{GROUP}/spec-hash"]
     args = get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--max-batch-size") + 1] == "4"
@@ -187,22 +200,30 @@ def test_backends_applied_together_never_overcommit_gpus(operator: Operator, ns:
     names.remove(placed)
     started = time.monotonic()
     # The operator's part: a waiting backend's Deployment is applied as soon as the release is seen.
-    wait_until("a waiting backend's Deployment applied once the GPU is released",
-               lambda: any(d["metadata"]["name"] in names for d in get_json("deployments", "-n", ns)["items"]) or None,
-               timeout=15)  # fmt: skip
+    wait_until(
+        "a waiting backend's Deployment applied once the GPU is released",
+        lambda: any(d["metadata"]["name"] in names for d in get_json("deployments", "-n", ns)["items"]) or None,
+        timeout=15,
+    )
     applied = time.monotonic() - started
     # The cluster's part: Ready, and the deleted backend's Deployment garbage-collected. On a control plane that
     # has just started, the garbage collector resolves InferenceBackend owners only after its discovery resync
     # (every 30 s), so this can take up to a minute there.
-    after = wait_until("a waiting backend starts once the GPU is released",
-                       lambda: sorted((p := phases()).values()) == ["Pending", "Ready"] and p, timeout=90)  # fmt: skip
+    after = wait_until(
+        "a waiting backend starts once the GPU is released",
+        lambda: sorted((p := phases()).values()) == ["Pending", "Ready"] and p,
+        timeout=90,
+    )
     print(f"waiting backend applied {applied:.1f} s, Ready {time.monotonic() - started:.1f} s after the release")
     now_placed = next(n for n, p in after.items() if p == "Ready")
     # Its placement is news when it lands: a Selected Event, not only the InsufficientCapacity one from before.
     events = kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={now_placed},reason=Selected")
     assert "object(s) applied" in events, events
-    wait_until("only the placed backend's Deployment left", lambda: [d["metadata"]["name"] for d in get_json(
-        "deployments", "-n", ns)["items"]] == [now_placed], timeout=60)  # fmt: skip
+    wait_until(
+        "only the placed backend's Deployment left",
+        lambda: [d["metadata"]["name"] for d in get_json("deployments", "-n", ns)["items"]] == [now_placed],
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize(
@@ -210,12 +231,14 @@ def test_backends_applied_together_never_overcommit_gpus(operator: Operator, ns:
     [
         ({"kvCache": {"memoryFraction": 1.5}}, "spec.kvCache.memoryFraction"),
         ({"speculativeDecoding": {"method": "draft"}}, "draftModelRef is required when method is draft"),
-        ({"speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 40}},
-         "spec.speculativeDecoding.numSpeculativeTokens"),
+        (
+            {"speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 40}},
+            "spec.speculativeDecoding.numSpeculativeTokens",
+        ),
         ({"model": {"parameters": "8B"}}, "set model.modelRef or model.uri"),
         ({"backend": "tensorrt-llm"}, "spec.backend"),
     ],
-)  # fmt: skip
+)
 def test_invalid_manifest_refused_at_admission(operator: Operator, ns: str, patch: dict[str, Any], field: str) -> None:
     doc = example("pytorch-research.yaml", ns)
     doc["metadata"]["name"] = "bad"
@@ -231,8 +254,12 @@ def test_no_spec_diff_after_reconcile(operator: Operator, ns: str, wait_until: A
     wait_phase(wait_until, ns, "phi3-onnx", "Ready")
     f = tmp_path / "ib.yaml"
     f.write_text(yaml.safe_dump(doc))
-    res = subprocess.run([tool("kubectl"), "diff", "--server-side", "--field-manager=e2e", "-f", str(f)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [tool("kubectl"), "diff", "--server-side", "--field-manager=e2e", "-f", str(f)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -266,9 +293,12 @@ def test_restart_causes_no_writes(operator: Operator, ns: str, wait_until: Any, 
     time.sleep(15)  # resume handlers, the initial listing of every watched kind
     # Earlier tests' namespaces may still be terminating: their objects are changing, not unchanged.
     active = {n["metadata"]["name"] for n in get_json("namespaces")["items"] if n["status"]["phase"] == "Active"}
-    writes = [e for e in _audit_writes(e2e_dir / "audit.log", since, f"system:serviceaccount:{SYSTEM_NS}:")
-              if (e.get("objectRef") or {}).get("resource") != "clusterkopfpeerings"
-              and (e.get("objectRef") or {}).get("namespace", ns) in active]  # fmt: skip
+    writes = [
+        e
+        for e in _audit_writes(e2e_dir / "audit.log", since, f"system:serviceaccount:{SYSTEM_NS}:")
+        if (e.get("objectRef") or {}).get("resource") != "clusterkopfpeerings"
+        and (e.get("objectRef") or {}).get("namespace", ns) in active
+    ]
     assert writes == [], [(e["verb"], e["objectRef"]) for e in writes]
     assert ib(ns, "llama-edge")["status"]["phase"] == "Ready"
 
@@ -294,8 +324,15 @@ def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wa
         st = wait_until("re-selection away from the cordoned GPUs", moved, timeout=60)
         new_gpu = st["decision"]["placement"]["gpuProduct"]
         assert st["phase"] in ("Deploying", "Ready") and new_gpu != gpu
-        wait_until("the Deployment follows the new placement", lambda: get_json("deployment", "research-gpt", "-n", ns)[
-            "spec"]["template"]["spec"].get("nodeSelector", {}).get("nvidia.com/gpu.product") == new_gpu)  # fmt: skip
+        wait_until(
+            "the Deployment follows the new placement",
+            lambda: (
+                get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["spec"]
+                .get("nodeSelector", {})
+                .get("nvidia.com/gpu.product")
+                == new_gpu
+            ),
+        )
         events = kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=research-gpt")
         assert f"pytorch on 1x {new_gpu}" in events
     finally:
@@ -303,8 +340,9 @@ def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wa
             kubectl("uncordon", n["metadata"]["name"])
 
 
-def test_leader_election_one_replica_works(operator: Operator, sa_kubeconfig: str, ns: str, wait_until: Any,
-                                           e2e_dir: Path) -> None:  # fmt: skip
+def test_leader_election_one_replica_works(
+    operator: Operator, sa_kubeconfig: str, ns: str, wait_until: Any, e2e_dir: Path
+) -> None:
     """A second replica in the same peering waits while the first (higher priority) works, and takes over when
     the first goes away."""
     standby_log = e2e_dir / "logs" / "operator-standby.log"
@@ -348,8 +386,9 @@ def test_missing_pvc_shows_the_schedulers_message(operator: Operator, namespace:
     doc["spec"]["model"]["uri"] = "pvc://no-such-claim/gpt-350m"
     apply(doc)
     started = time.monotonic()
-    described = _ready_condition_within(wait_until, namespace, "research-gpt", "Unschedulable",
-                                        'persistentvolumeclaim "no-such-claim" not found')  # fmt: skip
+    described = _ready_condition_within(
+        wait_until, namespace, "research-gpt", "Unschedulable", 'persistentvolumeclaim "no-such-claim" not found'
+    )
     print(f"missing PVC shown after {time.monotonic() - started:.1f} s")
     assert "Deploying" in described
     events = wait_until(

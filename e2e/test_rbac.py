@@ -90,8 +90,10 @@ def test_a_child_someone_else_made_is_never_adopted(operator: Operator, ns: str,
 
     cond = wait_until("the Reconciled condition names the conflict", conflict, timeout=30)
     assert cond["status"] == "False"
-    assert f"Service {ns}/{name} already exists and was not created by this InferenceBackend (managed by " \
-           "kubectl-create)" in cond["message"]  # fmt: skip
+    assert (
+        f"Service {ns}/{name} already exists and was not created by this InferenceBackend (managed by "
+        "kubectl-create)" in cond["message"]
+    )
     events = kubectl("get", "events", "-n", ns, "--field-selector", f"involvedObject.name={name}")
     assert "ChildConflict" in events
     after = get_json("service", name, "-n", ns, "--show-managed-fields")
@@ -101,8 +103,11 @@ def test_a_child_someone_else_made_is_never_adopted(operator: Operator, ns: str,
     )
     assert all(f["manager"] != "inference-backend" for f in after["metadata"]["managedFields"])
     kubectl("delete", "ib", name, "-n", ns)
-    wait_until("the backend's own Deployment collected", lambda: not kubectl(
-        "get", "deployment", "-n", ns, "-o", "name").strip(), timeout=60)  # fmt: skip
+    wait_until(
+        "the backend's own Deployment collected",
+        lambda: not kubectl("get", "deployment", "-n", ns, "-o", "name").strip(),
+        timeout=60,
+    )
     assert get_json("service", name, "-n", ns)["metadata"]["uid"] == before["metadata"]["uid"], "the Service stays"
 
 

@@ -30,11 +30,15 @@ def impatient_operator(sa_kubeconfig: str, e2e_dir: Path) -> Iterator[Operator]:
 def squat_l4(namespace: str) -> None:
     """A pod the operator did not make, holding the L4 node's GPU (KWOK marks it Running)."""
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other-team-job", "namespace": namespace},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": "gpu-l4"}, "tolerations": [KWOK_TOLERATION],
-                 "containers": [{"name": "job", "image": "busybox",
-                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "other-team-job", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "gpu-l4"},
+            "tolerations": [KWOK_TOLERATION],
+            "containers": [{"name": "job", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))
 
 
@@ -44,8 +48,11 @@ def test_a_placement_unschedulable_past_the_grace_period_moves_and_says_why(
     others = lambda: not [i for i in get_json("ib", "-A")["items"] if i["metadata"]["namespace"] != ns]  # noqa: E731
     wait_until("earlier tests' InferenceBackends deleted", others, timeout=120)
     squat_l4(ns)
-    wait_until("the other team's pod runs on the L4", lambda: get_json("pod", "other-team-job", "-n", ns)[
-        "status"].get("phase") == "Running", timeout=60)  # fmt: skip
+    wait_until(
+        "the other team's pod runs on the L4",
+        lambda: get_json("pod", "other-team-job", "-n", ns)["status"].get("phase") == "Running",
+        timeout=60,
+    )
     doc = example("pytorch-research.yaml", ns)
     doc["metadata"]["name"] = "moving"
     doc["spec"]["hardware"]["gpuProducts"] = ["NVIDIA-L4", "NVIDIA-A10G"]
@@ -58,12 +65,19 @@ def test_a_placement_unschedulable_past_the_grace_period_moves_and_says_why(
         placement = (st.get("decision") or {}).get("placement") or {}
         return st if placement.get("gpuProduct") == "NVIDIA-L4" else None
 
-    first = wait_until("placed on the L4 first (the ledger does not know the other team's pod)", first_on_l4,
-                       timeout=60)  # fmt: skip
+    first = wait_until(
+        "placed on the L4 first (the ledger does not know the other team's pod)", first_on_l4, timeout=60
+    )
     assert "avoided" not in first["decision"]
-    pending = wait_until("its pod Unschedulable in the status", lambda: (c := next(
-        (c for c in ib(ns, "moving")["status"]["conditions"] if c["type"] == "Ready"), None)) and
-        c["reason"] == "Unschedulable" and c, timeout=60)  # fmt: skip
+    pending = wait_until(
+        "its pod Unschedulable in the status",
+        lambda: (
+            (c := next((c for c in ib(ns, "moving")["status"]["conditions"] if c["type"] == "Ready"), None))
+            and c["reason"] == "Unschedulable"
+            and c
+        ),
+        timeout=60,
+    )
     assert "Insufficient nvidia.com/gpu" in pending["message"]
     obj = wait_phase(wait_until, ns, "moving", "Ready", timeout=120)
     moved = time.monotonic() - started

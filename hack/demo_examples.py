@@ -20,22 +20,41 @@ def support(namespace: str) -> list[dict[str, Any]]:
     """Secrets the examples reference (placeholder tokens) and the claim of the pvc:// example."""
 
     def secret(name: str, data: dict[str, str]) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
-                "stringData": data}  # fmt: skip
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "stringData": data,
+        }
 
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         secret("hf-token", {"HF_TOKEN": "replace-me"}),
         secret("s3-models", {"AWS_ACCESS_KEY_ID": "replace-me", "AWS_SECRET_ACCESS_KEY": "replace-me"}),
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-research-models"},
-         "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                  "hostPath": {"path": "/srv/models"},
-                  "claimRef": {"namespace": namespace, "name": "research-models"}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-         "metadata": {"name": "research-models", "namespace": namespace},
-         "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "",
-                  "volumeName": f"{namespace}-research-models", "resources": {"requests": {"storage": "10Gi"}}}},
-    ]  # fmt: skip
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{namespace}-research-models"},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "hostPath": {"path": "/srv/models"},
+                "claimRef": {"namespace": namespace, "name": "research-models"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "research-models", "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": f"{namespace}-research-models",
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        },
+    ]
 
 
 def examples(namespace: str, kwok: bool) -> list[dict[str, Any]]:

@@ -18,8 +18,9 @@ GPUS = {
 }
 
 
-def node(name: str, cpu: str, memory: str, gpu: str | None = None, count: int = 0, gfd: bool = True,
-         disk: str = "500Gi") -> dict[str, Any]:  # fmt: skip
+def node(
+    name: str, cpu: str, memory: str, gpu: str | None = None, count: int = 0, gfd: bool = True, disk: str = "500Gi"
+) -> dict[str, Any]:
     labels = {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name}
     alloc: dict[str, str] = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": disk}
     if gpu is not None:

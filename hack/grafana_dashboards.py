@@ -24,21 +24,39 @@ OUT = Path(__file__).resolve().parents[1] / "charts" / "inference-backend" / "fi
 
 # One meaning, each engine's name (docs/metrics.md); the chart's PrometheusRule uses the same alternations.
 ENGINE = {
-    "running": ["vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size",
-                "llamacpp:requests_processing"],
+    "running": [
+        "vllm:num_requests_running",
+        "sglang:num_running_reqs",
+        "tgi_batch_current_size",
+        "llamacpp:requests_processing",
+    ],
     "waiting": ["vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size", "llamacpp:requests_deferred"],
     "kv": ["vllm:kv_cache_usage_perc", "sglang:token_usage"],
     "ttft": ["vllm:time_to_first_token_seconds_bucket", "sglang:time_to_first_token_seconds_bucket"],
     "itl": ["vllm:inter_token_latency_seconds_bucket", "sglang:inter_token_latency_seconds_bucket"],
-    "e2e": ["vllm:e2e_request_latency_seconds_bucket", "sglang:e2e_request_latency_seconds_bucket",
-            "tgi_request_duration_bucket"],
-    "queue_time": ["vllm:request_queue_time_seconds_bucket", "sglang:queue_time_seconds_bucket",
-                   "tgi_request_queue_duration_bucket"],
-    "prompt_tokens": ["vllm:prompt_tokens_total", "sglang:prompt_tokens_total", "llamacpp:prompt_tokens_total",
-                      "tgi_request_input_length_sum"],
-    "generation_tokens": ["vllm:generation_tokens_total", "sglang:generation_tokens_total",
-                          "llamacpp:tokens_predicted_total", "tgi_request_generated_tokens_sum"],
-}  # fmt: skip
+    "e2e": [
+        "vllm:e2e_request_latency_seconds_bucket",
+        "sglang:e2e_request_latency_seconds_bucket",
+        "tgi_request_duration_bucket",
+    ],
+    "queue_time": [
+        "vllm:request_queue_time_seconds_bucket",
+        "sglang:queue_time_seconds_bucket",
+        "tgi_request_queue_duration_bucket",
+    ],
+    "prompt_tokens": [
+        "vllm:prompt_tokens_total",
+        "sglang:prompt_tokens_total",
+        "llamacpp:prompt_tokens_total",
+        "tgi_request_input_length_sum",
+    ],
+    "generation_tokens": [
+        "vllm:generation_tokens_total",
+        "sglang:generation_tokens_total",
+        "llamacpp:tokens_predicted_total",
+        "tgi_request_generated_tokens_sum",
+    ],
+}
 SEL = 'namespace=~"$namespace", app_kubernetes_io_instance=~"$backend"'
 BY = "namespace, app_kubernetes_io_instance"
 LEGEND = "{{namespace}}/{{app_kubernetes_io_instance}}"
@@ -50,8 +68,9 @@ def names(meaning: str) -> str:
     return '{__name__=~"' + "|".join(ENGINE[meaning]) + '", ' + SEL + "}"
 
 
-def panel(title: str, targets: list[tuple[str, str]], unit: str = "short", kind: str = "timeseries",
-          description: str = "") -> dict[str, Any]:  # fmt: skip
+def panel(
+    title: str, targets: list[tuple[str, str]], unit: str = "short", kind: str = "timeseries", description: str = ""
+) -> dict[str, Any]:
     return {
         "type": kind,
         "title": title,
@@ -92,8 +111,14 @@ def variable(name: str, label: str, query: str) -> dict[str, Any]:
 
 
 def dashboard(uid: str, title: str, panels: list[dict[str, Any]], variables: list[dict[str, Any]]) -> dict[str, Any]:
-    datasource = {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-                  "current": {}, "hide": 0}  # fmt: skip
+    datasource = {
+        "name": "datasource",
+        "label": "Data source",
+        "type": "datasource",
+        "query": "prometheus",
+        "current": {},
+        "hide": 0,
+    }
     return {
         "uid": uid,
         "title": title,
@@ -115,30 +140,61 @@ def dashboard(uid: str, title: str, panels: list[dict[str, Any]], variables: lis
 def operator() -> dict[str, Any]:
     r = "[$__rate_interval]"
     panels = [
-        panel("Reconciles by result",
-              [(f"sum by (result) (rate(inference_backend_reconciles_total{r}))", "{{result}}")], "ops",
-              description="ok; invalid (a spec the operator refuses); error (retried with backoff)"),
-        panel("Reconcile duration", [
-            (f"histogram_quantile(0.5, sum by (le) (rate(inference_backend_reconcile_duration_seconds_bucket{r})))",
-             "p50"),
-            (f"histogram_quantile(0.95, sum by (le) (rate(inference_backend_reconcile_duration_seconds_bucket{r})))",
-             "p95"),
-        ], "s"),
-        panel("Reconcile errors by kind", [(f"sum by (kind) (rate(inference_backend_errors_total{r}))", "{{kind}}")],
-              "ops", description="The alert InferenceBackendReconcileErrors fires on these (invalid_spec aside)."),
+        panel(
+            "Reconciles by result",
+            [(f"sum by (result) (rate(inference_backend_reconciles_total{r}))", "{{result}}")],
+            "ops",
+            description="ok; invalid (a spec the operator refuses); error (retried with backoff)",
+        ),
+        panel(
+            "Reconcile duration",
+            [
+                (
+                    "histogram_quantile(0.5, sum by (le) "
+                    f"(rate(inference_backend_reconcile_duration_seconds_bucket{r})))",
+                    "p50",
+                ),
+                (
+                    "histogram_quantile(0.95, sum by (le) "
+                    f"(rate(inference_backend_reconcile_duration_seconds_bucket{r})))",
+                    "p95",
+                ),
+            ],
+            "s",
+        ),
+        panel(
+            "Reconcile errors by kind",
+            [(f"sum by (kind) (rate(inference_backend_errors_total{r}))", "{{kind}}")],
+            "ops",
+            description="The alert InferenceBackendReconcileErrors fires on these (invalid_spec aside).",
+        ),
         panel("Backends by phase", [("sum by (phase) (inference_backend_backend_phase)", "{{phase}}")]),
-        panel("Backends not Ready", [('inference_backend_backend_phase{phase!="Ready"} == 1',
-                                      "{{backend_namespace}}/{{backend}} {{phase}}")],
-              kind="table", description="The alert InferenceBackendNotReady fires when one stays here."),
-        panel("Selections by engine", [(f"sum by (engine) (rate(inference_backend_decisions_total{r}))", "{{engine}}"),
-                                       (f"sum(rate(inference_backend_unsatisfiable_total{r}))", "unsatisfiable")],
-              "ops"),
-        panel("API writes by kind", [(f"sum by (kind) (rate(inference_backend_api_writes_total{r}))", "{{kind}}")],
-              "wps"),
+        panel(
+            "Backends not Ready",
+            [('inference_backend_backend_phase{phase!="Ready"} == 1', "{{backend_namespace}}/{{backend}} {{phase}}")],
+            kind="table",
+            description="The alert InferenceBackendNotReady fires when one stays here.",
+        ),
+        panel(
+            "Selections by engine",
+            [
+                (f"sum by (engine) (rate(inference_backend_decisions_total{r}))", "{{engine}}"),
+                (f"sum(rate(inference_backend_unsatisfiable_total{r}))", "unsatisfiable"),
+            ],
+            "ops",
+        ),
+        panel(
+            "API writes by kind", [(f"sum by (kind) (rate(inference_backend_api_writes_total{r}))", "{{kind}}")], "wps"
+        ),
         panel("Node classes", [("sum by (accelerator) (inference_backend_node_classes)", "{{accelerator}}")]),
-        panel("TTFT objectives", [("inference_backend_ttft_objective_seconds", "{{backend_namespace}}/{{backend}}")],
-              "s", kind="table", description="spec.objectives.ttftMillis of each backend that sets it"),
-    ]  # fmt: skip
+        panel(
+            "TTFT objectives",
+            [("inference_backend_ttft_objective_seconds", "{{backend_namespace}}/{{backend}}")],
+            "s",
+            kind="table",
+            description="spec.objectives.ttftMillis of each backend that sets it",
+        ),
+    ]
     return dashboard("inference-backend-operator", "InferenceBackend / Operator", panels, [])
 
 
@@ -155,35 +211,75 @@ def engines() -> dict[str, Any]:
     )
     panels = [
         panel("Requests running", [(f"sum by ({BY}) ({names('running')})", LEGEND)]),
-        panel("Requests waiting", [(f"sum by ({BY}) ({names('waiting')})", LEGEND)],
-              description="The alert InferenceBackendEngineQueueGrowing fires when this grows past its threshold."),
-        panel("Time to first token p95 and objective", [(quantile("ttft", 0.95), LEGEND + " p95"),
-                                                        (objective, LEGEND + " objective")], "s"),
+        panel(
+            "Requests waiting",
+            [(f"sum by ({BY}) ({names('waiting')})", LEGEND)],
+            description="The alert InferenceBackendEngineQueueGrowing fires when this grows past its threshold.",
+        ),
+        panel(
+            "Time to first token p95 and objective",
+            [(quantile("ttft", 0.95), LEGEND + " p95"), (objective, LEGEND + " objective")],
+            "s",
+        ),
         panel("KV cache in use (fullest replica)", [(f"max by ({BY}) ({names('kv')})", LEGEND)], "percentunit"),
         panel("Inter-token latency p95", [(quantile("itl", 0.95), LEGEND)], "s"),
         panel("End-to-end request latency p95", [(quantile("e2e", 0.95), LEGEND)], "s"),
         panel("Time queued p95", [(quantile("queue_time", 0.95), LEGEND)], "s"),
-        panel("Tokens per second", [
-            (f"sum by ({BY}) (rate({names('prompt_tokens')}{r}))", LEGEND + " prompt"),
-            (f"sum by ({BY}) (rate({names('generation_tokens')}{r}))", LEGEND + " generated"),
-        ], "short"),
-        panel("Requests finished by reason", [
-            (f'sum by ({BY}, finished_reason) (rate({{__name__="vllm:request_success_total", {SEL}}}{r}))',
-             LEGEND + " {{finished_reason}}"),
-        ], "reqps", description="vLLM and our runners (stop, length, abort, error)"),
-        panel("Prefix cache hit ratio", [
-            (f'sum by ({BY}) (rate({{__name__="vllm:prefix_cache_hits_total", {SEL}}}{r})) / '
-             f'sum by ({BY}) (rate({{__name__="vllm:prefix_cache_queries_total", {SEL}}}{r}))', LEGEND),
-        ], "percentunit", description="Prompt tokens served from the prefix cache (vLLM and our runners)"),
-        panel("Accelerator memory in use", [
-            (f'sum by ({BY}) ({{__name__="ib:gpu_memory_used_bytes", {SEL}}}) / '
-             f'sum by ({BY}) ({{__name__="ib:gpu_memory_total_bytes", {SEL}}})', LEGEND),
-        ], "percentunit", description="Our runners on a GPU (NVML)"),
-        panel("Engine replicas scraped", [(f'count by ({BY}, app_kubernetes_io_name) '
-                                           f'(up{{{SEL}, app_kubernetes_io_component="inference-server"}} == 1)',
-                                           LEGEND + " {{app_kubernetes_io_name}}")],
-              description="Engine targets up, by engine (app_kubernetes_io_name)"),
-    ]  # fmt: skip
+        panel(
+            "Tokens per second",
+            [
+                (f"sum by ({BY}) (rate({names('prompt_tokens')}{r}))", LEGEND + " prompt"),
+                (f"sum by ({BY}) (rate({names('generation_tokens')}{r}))", LEGEND + " generated"),
+            ],
+            "short",
+        ),
+        panel(
+            "Requests finished by reason",
+            [
+                (
+                    f'sum by ({BY}, finished_reason) (rate({{__name__="vllm:request_success_total", {SEL}}}{r}))',
+                    LEGEND + " {{finished_reason}}",
+                ),
+            ],
+            "reqps",
+            description="vLLM and our runners (stop, length, abort, error)",
+        ),
+        panel(
+            "Prefix cache hit ratio",
+            [
+                (
+                    f'sum by ({BY}) (rate({{__name__="vllm:prefix_cache_hits_total", {SEL}}}{r})) / '
+                    f'sum by ({BY}) (rate({{__name__="vllm:prefix_cache_queries_total", {SEL}}}{r}))',
+                    LEGEND,
+                ),
+            ],
+            "percentunit",
+            description="Prompt tokens served from the prefix cache (vLLM and our runners)",
+        ),
+        panel(
+            "Accelerator memory in use",
+            [
+                (
+                    f'sum by ({BY}) ({{__name__="ib:gpu_memory_used_bytes", {SEL}}}) / '
+                    f'sum by ({BY}) ({{__name__="ib:gpu_memory_total_bytes", {SEL}}})',
+                    LEGEND,
+                ),
+            ],
+            "percentunit",
+            description="Our runners on a GPU (NVML)",
+        ),
+        panel(
+            "Engine replicas scraped",
+            [
+                (
+                    f"count by ({BY}, app_kubernetes_io_name) "
+                    f'(up{{{SEL}, app_kubernetes_io_component="inference-server"}} == 1)',
+                    LEGEND + " {{app_kubernetes_io_name}}",
+                )
+            ],
+            description="Engine targets up, by engine (app_kubernetes_io_name)",
+        ),
+    ]
     selector = '{__name__=~"' + "|".join(ENGINE["running"]) + '"}'
     variables = [
         variable("namespace", "Namespace", f"label_values({selector}, namespace)"),

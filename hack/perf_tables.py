@@ -52,8 +52,13 @@ FP8_SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "l40s")
 BATCHES = (1, 16, 64, 256)
 ISLS = (128, 1024, 4096)
 OSL = 256
-QUICK = {"systems": ("h100_sxm",), "backends": ("vllm",), "models": {"meta-llama/Meta-Llama-3.1-8B": (1,)},
-         "batches": (1, 32), "isls": (512,)}  # fmt: skip
+QUICK = {
+    "systems": ("h100_sxm",),
+    "backends": ("vllm",),
+    "models": {"meta-llama/Meta-Llama-3.1-8B": (1,)},
+    "batches": (1, 32),
+    "isls": (512,),
+}
 
 
 def _points(quick: bool) -> list[dict[str, Any]]:
@@ -73,8 +78,18 @@ def _points(quick: bool) -> list[dict[str, Any]]:
             for model, dtype, tp in configs:
                 for isl in isls:  # type: ignore[union-attr]
                     for batch in batches:  # type: ignore[union-attr]
-                        out.append({"backend": backend, "system": system, "model": model, "dtype": dtype,
-                                    "tp": tp, "isl": isl, "osl": OSL, "batch": batch})  # fmt: skip
+                        out.append(
+                            {
+                                "backend": backend,
+                                "system": system,
+                                "model": model,
+                                "dtype": dtype,
+                                "tp": tp,
+                                "isl": isl,
+                                "osl": OSL,
+                                "batch": batch,
+                            }
+                        )
     return out
 
 
@@ -86,13 +101,26 @@ def estimate_point(p: dict[str, Any]) -> dict[str, Any]:
     if p["dtype"] == "fp8":
         kw = {"gemm_quant_mode": "fp8", "kvcache_quant_mode": "fp8"}
     try:
-        r = cli_estimate(p["model"], p["system"], backend_name=p["backend"], isl=p["isl"], osl=p["osl"],
-                         batch_size=p["batch"], tp_size=p["tp"], **kw)  # fmt: skip
+        r = cli_estimate(
+            p["model"],
+            p["system"],
+            backend_name=p["backend"],
+            isl=p["isl"],
+            osl=p["osl"],
+            batch_size=p["batch"],
+            tp_size=p["tp"],
+            **kw,
+        )
     except Exception as exc:  # OOM or a combination the database lacks: recorded, not fatal
         return {**p, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    return {**p, "ttft_ms": round(float(r.ttft), 3), "tpot_ms": round(float(r.tpot), 4),
-            "tokens_per_s": round(float(r.raw["tokens/s"]), 2), "version": r.backend_version,
-            "kv_queued": r.kv_cache_warning is not None}  # fmt: skip
+    return {
+        **p,
+        "ttft_ms": round(float(r.ttft), 3),
+        "tpot_ms": round(float(r.tpot), 4),
+        "tokens_per_s": round(float(r.raw["tokens/s"]), 2),
+        "version": r.backend_version,
+        "kv_queued": r.kv_cache_warning is not None,
+    }
 
 
 def generate(out: Path, quick: bool) -> int:
@@ -126,15 +154,15 @@ def _dump(out: Path, rows: list[dict[str, Any]], version: str, quick: bool) -> N
     doc = {
         "provenance": {
             "tool": f"aiconfigurator {version} (aiconfigurator-core {version}), SILICON database mode, agg "
-                    "(in-flight batching) estimate",
+            "(in-flight batching) estimate",
             "databases": [f"{b}/{s}: {v}" for b, s, v in versions],
             "date": datetime.now(UTC).strftime("%Y-%m-%d"),
             "command": "hack/perf_tables.py generate" + (" --quick" if quick else ""),
             "call": "aiconfigurator.cli.api.cli_estimate(model, system, backend_name=B, isl=I, osl=O, "
-                    "batch_size=C, tp_size=T[, gemm_quant_mode='fp8', kvcache_quant_mode='fp8'])",
+            "batch_size=C, tp_size=T[, gemm_quant_mode='fp8', kvcache_quant_mode='fp8'])",
         },
         "rows": rows,
-    }  # fmt: skip
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
@@ -240,9 +268,15 @@ def silicon(src: Path, every: int) -> int:
     rows = []
     with src.open(newline="") as f:
         for r in csv.DictReader(f):
-            if (r["mode"] != "agg" or r["backend"] not in ("vllm", "sglang") or r["model_path"] not in SILICON_MODELS
-                    or r["system"] not in SILICON_GPUS or r["precision"] not in ("", "bf16", "fp8")
-                    or r["pp_size"] not in ("", "1") or r["attention_dp_size"] not in ("", "1")):  # fmt: skip
+            if (
+                r["mode"] != "agg"
+                or r["backend"] not in ("vllm", "sglang")
+                or r["model_path"] not in SILICON_MODELS
+                or r["system"] not in SILICON_GPUS
+                or r["precision"] not in ("", "bf16", "fp8")
+                or r["pp_size"] not in ("", "1")
+                or r["attention_dp_size"] not in ("", "1")
+            ):
                 continue
             rows.append(r)
     rows.sort(key=lambda r: r["id"])
@@ -251,23 +285,43 @@ def silicon(src: Path, every: int) -> int:
     for i, r in enumerate(rows):
         fp8 = r["precision"] == "fp8" or r["model_path"].endswith("FP8")
         tp = int(r["tp_size"])
-        out.append({
-            "id": "aicsilicon-" + r["id"].lower().replace("_", "-"), "engine": r["backend"],
-            "engine_version": r["backend_version"], "gpu": SILICON_GPUS[r["system"]], "gpu_count": tp, "tp": tp,
-            "pp": 1, "replicas": 1, "model": r["model_path"], "parameters": f"{SILICON_MODELS[r['model_path']]:g}",
-            "active_parameters": "", "dtype": "fp8" if fp8 else "bf16", "quantization": "fp8" if fp8 else "",
-            "kv_dtype": "", "concurrency": r["batch_size"], "request_rate": "", "prompt_tokens": r["isl"],
-            "output_tokens": r["osl"], "ttft_ms_p50": f"{float(r['silicon_ttft_ms']):.3f}", "ttft_ms_p95": "",
-            "tpot_ms_p50": f"{float(r['silicon_tpot_ms']):.3f}", "output_tokens_per_s": "", "total_tokens_per_s": "",
-            "source_url": "https://pypi.org/project/aiconfigurator-core/0.12.0/",
-            "source_location": f"aiconfigurator_core/systems/silicon_sample.csv, id {r['id']}",
-            "source_date": "2026-09",
-            "notes": ("NVIDIA's end-to-end measurement shipped with aiconfigurator-core 0.12.0 (Apache-2.0): "
-                      f"{r['silicon_data_source'][:160]}; concurrency = the benchmark's batch size, fixed ISL/OSL; "
-                      "the TTFT and TPOT columns are the file's silicon_ttft_ms and silicon_tpot_ms (their "
-                      "statistic is not stated: taken as the median)"),
-            "holdout": "true" if i % 4 == 1 else "false",
-        })  # fmt: skip
+        out.append(
+            {
+                "id": "aicsilicon-" + r["id"].lower().replace("_", "-"),
+                "engine": r["backend"],
+                "engine_version": r["backend_version"],
+                "gpu": SILICON_GPUS[r["system"]],
+                "gpu_count": tp,
+                "tp": tp,
+                "pp": 1,
+                "replicas": 1,
+                "model": r["model_path"],
+                "parameters": f"{SILICON_MODELS[r['model_path']]:g}",
+                "active_parameters": "",
+                "dtype": "fp8" if fp8 else "bf16",
+                "quantization": "fp8" if fp8 else "",
+                "kv_dtype": "",
+                "concurrency": r["batch_size"],
+                "request_rate": "",
+                "prompt_tokens": r["isl"],
+                "output_tokens": r["osl"],
+                "ttft_ms_p50": f"{float(r['silicon_ttft_ms']):.3f}",
+                "ttft_ms_p95": "",
+                "tpot_ms_p50": f"{float(r['silicon_tpot_ms']):.3f}",
+                "output_tokens_per_s": "",
+                "total_tokens_per_s": "",
+                "source_url": "https://pypi.org/project/aiconfigurator-core/0.12.0/",
+                "source_location": f"aiconfigurator_core/systems/silicon_sample.csv, id {r['id']}",
+                "source_date": "2026-09",
+                "notes": (
+                    "NVIDIA's end-to-end measurement shipped with aiconfigurator-core 0.12.0 (Apache-2.0): "
+                    f"{r['silicon_data_source'][:160]}; concurrency = the benchmark's batch size, fixed ISL/OSL; "
+                    "the TTFT and TPOT columns are the file's silicon_ttft_ms and silicon_tpot_ms (their "
+                    "statistic is not stated: taken as the median)"
+                ),
+                "holdout": "true" if i % 4 == 1 else "false",
+            }
+        )
     SILICON_OUT.parent.mkdir(parents=True, exist_ok=True)
     with SILICON_OUT.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)

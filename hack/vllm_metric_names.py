@@ -49,8 +49,9 @@ def metrics(source: str, buckets: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 b = kw.get("buckets")
                 family = families.get(b.id) if isinstance(b, ast.Name) else None
                 found[name] = {"type": TYPES[node.func.attr], "buckets": buckets.get(family) if family else None}
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "counter_specs"
-                                                for t in node.targets):  # fmt: skip
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "counter_specs" for t in node.targets
+        ):
             for elt in node.value.elts if isinstance(node.value, ast.List) else ():
                 name = _const(elt.elts[0]) if isinstance(elt, ast.Tuple) else None
                 if isinstance(name, str) and name.startswith("vllm:"):

@@ -185,15 +185,24 @@ def check_parallel(engine_args: Any) -> dict[str, Any]:
         if not 0 <= e.node_rank < e.nnodes:
             raise ValueError(f"--node-rank must be between 0 and {e.nnodes - 1}; got {e.node_rank}")
     p = ParallelConfig(
-        pipeline_parallel_size=e.pipeline_parallel_size, tensor_parallel_size=e.tensor_parallel_size,
-        master_addr=e.master_addr, master_port=e.master_port, nnodes=e.nnodes, node_rank=e.node_rank,
+        pipeline_parallel_size=e.pipeline_parallel_size,
+        tensor_parallel_size=e.tensor_parallel_size,
+        master_addr=e.master_addr,
+        master_port=e.master_port,
+        nnodes=e.nnodes,
+        node_rank=e.node_rank,
         distributed_executor_backend=e.distributed_executor_backend,
-    )  # fmt: skip
+    )
     return {
-        "world_size": p.world_size, "local_world_size": p.local_world_size, "nnodes": p.nnodes,
-        "node_rank": p.node_rank, "node_rank_within_dp": p.node_rank_within_dp, "master_addr": p.master_addr,
-        "master_port": p.master_port, "distributed_executor_backend": jsonable(p.distributed_executor_backend),
-    }  # fmt: skip
+        "world_size": p.world_size,
+        "local_world_size": p.local_world_size,
+        "nnodes": p.nnodes,
+        "node_rank": p.node_rank,
+        "node_rank_within_dp": p.node_rank_within_dp,
+        "master_addr": p.master_addr,
+        "master_port": p.master_port,
+        "distributed_executor_backend": jsonable(p.distributed_executor_backend),
+    }
 
 
 def run(argv: list[str]) -> tuple[dict[str, Any], int]:

@@ -34,10 +34,14 @@ AUTO = {"minReplicas": 1, "maxReplicas": 4, "metric": "queueDepth", "target": 4}
 BIG = {"modelRef": "llama-3-1-405b"}
 REGISTRY = dict(MODELS) | {
     "llama-3-1-405b": ModelSpec.model_validate(
-        {"uri": "hf://meta-llama/Llama-3.1-405B-Instruct", "parameters": "405B", "dtype": "bfloat16",
-         "contextLength": 8192}
+        {
+            "uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
+            "parameters": "405B",
+            "dtype": "bfloat16",
+            "contextLength": 8192,
+        }
     ),
-}  # fmt: skip
+}
 NODES = [node(f"h100-{i}", "h100", 8, cpu="192", memory="1900Gi") for i in range(2)]
 AVAILABLE = {"readyReplicas": 1, "replicas": 1, "conditions": [{"type": "Available", "status": "True"}]}
 STARTING = {"readyReplicas": 0, "replicas": 1, "conditions": []}
@@ -51,8 +55,14 @@ def _plan(spec: dict[str, Any], previous: dict[str, Any] | None = None) -> Plan:
     return make(backend(spec=spec), _world(), previous or {})
 
 
-def _live(plan: Plan, status: dict[str, Any] | None = None, *, kinds: tuple[str, ...] = (),
-          hashes: dict[str, str] | None = None, owner: str | None = "autoscaler") -> dict[Any, Child]:  # fmt: skip
+def _live(
+    plan: Plan,
+    status: dict[str, Any] | None = None,
+    *,
+    kinds: tuple[str, ...] = (),
+    hashes: dict[str, str] | None = None,
+    owner: str | None = "autoscaler",
+) -> dict[Any, Child]:
     """The children of ``plan`` as the index holds them once applied (``kinds``: only those), its workload with
     ``status``; ``hashes``: kind -> another applied hash (drift); ``owner``: the Deployment's replicas owner."""
     out = {}
@@ -67,8 +77,13 @@ def _live(plan: Plan, status: dict[str, Any] | None = None, *, kinds: tuple[str,
     return out
 
 
-def _writes(plan: Plan, children: dict[Any, Child], previous: dict[str, Any] | None = None,
-            recent: Recent | None = None, now: float = 100.0) -> list[tuple[Any, ...]]:  # fmt: skip
+def _writes(
+    plan: Plan,
+    children: dict[Any, Child],
+    previous: dict[str, Any] | None = None,
+    recent: Recent | None = None,
+    now: float = 100.0,
+) -> list[tuple[Any, ...]]:
     world = _world(children)
     actions = plan_writes(
         plan, OWNER, world, previous or {}, recent or Recent(), live_workloads(world, OWNER, plan), now
@@ -90,28 +105,76 @@ SCALER_ENTRY = {"scaledObject": "chat", "appliedHash": "old"}
 # id, plan, live children, the status before, the writes in order: (apply, kind, name, adopt check, hand-off) or
 # (delete, kind, name, failure reason)
 TABLE: list[tuple[str, Plan, dict[Any, Child], dict[str, Any], list[tuple[Any, ...]]]] = [
-    ("first-apply", SMALL, {}, {}, [
-        ("apply", "Deployment", "chat", True, None), ("apply", "Service", "chat", True, None)]),
+    (
+        "first-apply",
+        SMALL,
+        {},
+        {},
+        [("apply", "Deployment", "chat", True, None), ("apply", "Service", "chat", True, None)],
+    ),
     ("unchanged", SMALL, _live(SMALL), {}, []),
-    ("drift-of-one-child", SMALL, _live(SMALL, hashes={"Service": "x"}), {}, [
-        ("apply", "Service", "chat", False, None)]),
-    ("autoscaling-on-hands-off-first", SCALED, _live(FIXED2, kinds=("Deployment",), owner=None), {}, [
-        ("apply", "Deployment", "chat", False, 2), ("apply", "Service", "chat", True, None),
-        ("apply", "PodDisruptionBudget", "chat", True, None), ("apply", "ScaledObject", "chat", True, None)]),
-    ("autoscaled-already-owned", SCALED, _live(SCALED, hashes={"Deployment": "x"}), {"autoscaling": SCALER_ENTRY}, [
-        ("apply", "Deployment", "chat", False, None), ("apply", "ScaledObject", "chat", False, None)]),
-    ("scaler-recorded-in-the-status", SCALED, _live(SCALED), {"autoscaling": {
-        **SCALER_ENTRY, "appliedHash": dict((m["kind"], h) for m, h in SCALED.manifests)["ScaledObject"]}}, []),
-    ("autoscaling-off-deletes-the-scaler-first", FIXED2, _live(FIXED2, hashes={"Deployment": "x"}),
-     {"autoscaling": SCALER_ENTRY}, [
-        ("delete", "ScaledObject", "chat", "ApplyFailed"), ("apply", "Deployment", "chat", False, None)]),
+    (
+        "drift-of-one-child",
+        SMALL,
+        _live(SMALL, hashes={"Service": "x"}),
+        {},
+        [("apply", "Service", "chat", False, None)],
+    ),
+    (
+        "autoscaling-on-hands-off-first",
+        SCALED,
+        _live(FIXED2, kinds=("Deployment",), owner=None),
+        {},
+        [
+            ("apply", "Deployment", "chat", False, 2),
+            ("apply", "Service", "chat", True, None),
+            ("apply", "PodDisruptionBudget", "chat", True, None),
+            ("apply", "ScaledObject", "chat", True, None),
+        ],
+    ),
+    (
+        "autoscaled-already-owned",
+        SCALED,
+        _live(SCALED, hashes={"Deployment": "x"}),
+        {"autoscaling": SCALER_ENTRY},
+        [("apply", "Deployment", "chat", False, None), ("apply", "ScaledObject", "chat", False, None)],
+    ),
+    (
+        "scaler-recorded-in-the-status",
+        SCALED,
+        _live(SCALED),
+        {
+            "autoscaling": {
+                **SCALER_ENTRY,
+                "appliedHash": dict((m["kind"], h) for m, h in SCALED.manifests)["ScaledObject"],
+            }
+        },
+        [],
+    ),
+    (
+        "autoscaling-off-deletes-the-scaler-first",
+        FIXED2,
+        _live(FIXED2, hashes={"Deployment": "x"}),
+        {"autoscaling": SCALER_ENTRY},
+        [("delete", "ScaledObject", "chat", "ApplyFailed"), ("apply", "Deployment", "chat", False, None)],
+    ),
     ("switch-to-lws-first-apply", MULTI, _live(SMALL), {}, [("apply", "LeaderWorkerSet", "chat-lws", True, None)]),
     ("switch-to-lws-while-it-starts", MULTI, {**_live(SMALL), **_live(MULTI, STARTING)}, {}, []),
-    ("switch-to-lws-once-available", MULTI, {**_live(SMALL), **_live(MULTI, kinds=("LeaderWorkerSet",))}, {}, [
-        ("apply", "Service", "chat", False, None), ("delete", "Deployment", "chat", "DeleteFailed")]),
-    ("switch-back-once-available", SMALL, {**_live(MULTI), **_live(SMALL, kinds=("Deployment",))}, {}, [
-        ("apply", "Service", "chat", False, None), ("delete", "LeaderWorkerSet", "chat-lws", "DeleteFailed")]),
-]  # fmt: skip
+    (
+        "switch-to-lws-once-available",
+        MULTI,
+        {**_live(SMALL), **_live(MULTI, kinds=("LeaderWorkerSet",))},
+        {},
+        [("apply", "Service", "chat", False, None), ("delete", "Deployment", "chat", "DeleteFailed")],
+    ),
+    (
+        "switch-back-once-available",
+        SMALL,
+        {**_live(MULTI), **_live(SMALL, kinds=("Deployment",))},
+        {},
+        [("apply", "Service", "chat", False, None), ("delete", "LeaderWorkerSet", "chat-lws", "DeleteFailed")],
+    ),
+]
 
 
 @pytest.mark.parametrize(("plan", "live", "previous", "expected"), [t[1:] for t in TABLE], ids=[t[0] for t in TABLE])

@@ -31,26 +31,64 @@ def cond(kind: str, ok: str, message: str = "") -> dict[str, str]:
     ("obj", "expected", "message"),
     [
         (ib(), "Progressing", "Waiting for the inference-backend operator"),
-        (ib(2, observedGeneration=1, phase="Ready", conditions=[cond("Ready", "True")]), "Progressing",
-         "generation 2"),
-        (ib(1, observedGeneration=1, phase="Ready", backend="vllm",
-            conditions=[cond("BackendSelected", "True"), cond("Ready", "True", "1/1 replicas ready")]),
-         "Healthy", "vllm: 1/1 replicas ready"),
-        (ib(1, observedGeneration=1, phase="Deploying",
-            conditions=[cond("BackendSelected", "True"), cond("Ready", "False", "0/1 replicas ready")]),
-         "Progressing", "0/1 replicas ready"),
-        (ib(1, observedGeneration=1, phase="Failed",
-            conditions=[cond("BackendSelected", "False", "spec.model.parameters: needed"), cond("Ready", "False")]),
-         "Degraded", "spec.model.parameters: needed"),
-        (ib(3, observedGeneration=3, phase="Degraded", backend="vllm",
-            conditions=[cond("BackendSelected", "False", "no engine has a placement that fits"),
-                        cond("Ready", "True", "the previous Deployment keeps serving")]),
-         "Degraded", "no engine has a placement that fits"),
-        (ib(1, observedGeneration=1, phase="Degraded",
-            conditions=[cond("BackendSelected", "True"), cond("Ready", "False", "rollout exceeded its deadline")]),
-         "Degraded", "rollout exceeded its deadline"),
+        (ib(2, observedGeneration=1, phase="Ready", conditions=[cond("Ready", "True")]), "Progressing", "generation 2"),
+        (
+            ib(
+                1,
+                observedGeneration=1,
+                phase="Ready",
+                backend="vllm",
+                conditions=[cond("BackendSelected", "True"), cond("Ready", "True", "1/1 replicas ready")],
+            ),
+            "Healthy",
+            "vllm: 1/1 replicas ready",
+        ),
+        (
+            ib(
+                1,
+                observedGeneration=1,
+                phase="Deploying",
+                conditions=[cond("BackendSelected", "True"), cond("Ready", "False", "0/1 replicas ready")],
+            ),
+            "Progressing",
+            "0/1 replicas ready",
+        ),
+        (
+            ib(
+                1,
+                observedGeneration=1,
+                phase="Failed",
+                conditions=[cond("BackendSelected", "False", "spec.model.parameters: needed"), cond("Ready", "False")],
+            ),
+            "Degraded",
+            "spec.model.parameters: needed",
+        ),
+        (
+            ib(
+                3,
+                observedGeneration=3,
+                phase="Degraded",
+                backend="vllm",
+                conditions=[
+                    cond("BackendSelected", "False", "no engine has a placement that fits"),
+                    cond("Ready", "True", "the previous Deployment keeps serving"),
+                ],
+            ),
+            "Degraded",
+            "no engine has a placement that fits",
+        ),
+        (
+            ib(
+                1,
+                observedGeneration=1,
+                phase="Degraded",
+                conditions=[cond("BackendSelected", "True"), cond("Ready", "False", "rollout exceeded its deadline")],
+            ),
+            "Degraded",
+            "rollout exceeded its deadline",
+        ),
     ],
-)  # fmt: skip
+)
 def test_health(obj: dict[str, Any], expected: str, message: str) -> None:
     status, text = health(obj)
     assert status == expected

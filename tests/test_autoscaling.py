@@ -38,17 +38,33 @@ AUTO = {"minReplicas": 1, "maxReplicas": 4, "metric": "queueDepth", "target": 4}
 
 # The table docs/autoscaling.md states, pinned here: engine -> signal -> metric.
 TABLE = {
-    "vllm": {"queueDepth": "vllm:num_requests_waiting", "runningRequests": "vllm:num_requests_running",
-             "kvCacheUsage": "vllm:kv_cache_usage_perc", "ttft": "vllm:time_to_first_token_seconds"},
+    "vllm": {
+        "queueDepth": "vllm:num_requests_waiting",
+        "runningRequests": "vllm:num_requests_running",
+        "kvCacheUsage": "vllm:kv_cache_usage_perc",
+        "ttft": "vllm:time_to_first_token_seconds",
+    },
     "tgi": {"queueDepth": "tgi_queue_size", "runningRequests": "tgi_batch_current_size"},
-    "sglang": {"queueDepth": "sglang:num_queue_reqs", "runningRequests": "sglang:num_running_reqs",
-               "kvCacheUsage": "sglang:token_usage", "ttft": "sglang:time_to_first_token_seconds"},
+    "sglang": {
+        "queueDepth": "sglang:num_queue_reqs",
+        "runningRequests": "sglang:num_running_reqs",
+        "kvCacheUsage": "sglang:token_usage",
+        "ttft": "sglang:time_to_first_token_seconds",
+    },
     "llamacpp": {"queueDepth": "llamacpp:requests_deferred", "runningRequests": "llamacpp:requests_processing"},
-    "onnxruntime": {"queueDepth": "vllm:num_requests_waiting", "runningRequests": "vllm:num_requests_running",
-                    "kvCacheUsage": "vllm:kv_cache_usage_perc", "ttft": "vllm:time_to_first_token_seconds"},
-    "pytorch": {"queueDepth": "vllm:num_requests_waiting", "runningRequests": "vllm:num_requests_running",
-                "kvCacheUsage": "vllm:kv_cache_usage_perc", "ttft": "vllm:time_to_first_token_seconds"},
-}  # fmt: skip
+    "onnxruntime": {
+        "queueDepth": "vllm:num_requests_waiting",
+        "runningRequests": "vllm:num_requests_running",
+        "kvCacheUsage": "vllm:kv_cache_usage_perc",
+        "ttft": "vllm:time_to_first_token_seconds",
+    },
+    "pytorch": {
+        "queueDepth": "vllm:num_requests_waiting",
+        "runningRequests": "vllm:num_requests_running",
+        "kvCacheUsage": "vllm:kv_cache_usage_perc",
+        "ttft": "vllm:time_to_first_token_seconds",
+    },
+}
 
 
 def spec(**autoscaling_: Any) -> dict[str, Any]:
@@ -110,10 +126,13 @@ def test_maxreplicas_and_metric_are_required() -> None:
     [
         ("tgi", {"metric": "kvCacheUsage", "target": 50}, "spec.autoscaling.metric"),
         ("llamacpp", {"metric": "ttft", "target": 500}, "spec.autoscaling.metric"),
-        ("vllm", {"minReplicas": 0, "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}},
-         "spec.autoscaling.minReplicas"),
+        (
+            "vllm",
+            {"minReplicas": 0, "scaleToZero": {"cooldownSeconds": 60, "wakeQuery": "up"}},
+            "spec.autoscaling.minReplicas",
+        ),
     ],
-)  # fmt: skip
+)
 def test_engine_rules_name_the_field(backend: str, extra: dict[str, Any], field: str) -> None:
     s = InferenceBackendSpec.model_validate({**spec(**extra), "backend": backend})
     with pytest.raises(InvalidSpec) as e:
@@ -193,8 +212,9 @@ def test_sglang_defines_the_declared_metrics() -> None:
 
 
 def test_llama_server_defines_the_declared_gauges_and_no_kv_usage() -> None:
-    found = glob.glob(str(CACHE / "llama.cpp" / "*" / "src" / "*" / "vendor" / "llama.cpp" / "tools" / "server"
-                          / "server-task.cpp"))  # fmt: skip
+    found = glob.glob(
+        str(CACHE / "llama.cpp" / "*" / "src" / "*" / "vendor" / "llama.cpp" / "tools" / "server" / "server-task.cpp")
+    )
     if not found:
         pytest.skip("no llama.cpp source in the cache (hack/build-llama-server)")
     source = Path(found[0]).read_text()
@@ -262,8 +282,11 @@ def test_settings_set_the_address_and_the_matchers() -> None:
 
 def test_an_engine_without_the_signal_is_not_selected() -> None:
     """backend auto: TGI and llama.cpp have no TTFT histogram, so they are rejected with the reason."""
-    gguf = {"model": {"uri": "hf://x/y/m.gguf", "parameters": "1B", "format": "gguf", "quantization": "q4_k_m"},
-            "hardware": {"accelerator": "cpu"}, "autoscaling": {**AUTO, "metric": "ttft", "target": 500}}  # fmt: skip
+    gguf = {
+        "model": {"uri": "hf://x/y/m.gguf", "parameters": "1B", "format": "gguf", "quantization": "q4_k_m"},
+        "hardware": {"accelerator": "cpu"},
+        "autoscaling": {**AUTO, "metric": "ttft", "target": 500},
+    }
     ib = _ib(gguf)
     decision = select(ib.spec, CLUSTER, {})
     assert not decision.satisfiable
@@ -273,8 +296,10 @@ def test_an_engine_without_the_signal_is_not_selected() -> None:
 def test_the_docs_examples_render_their_scalers() -> None:
     nodes = group_nodes(load(ROOT / "docs/examples/nodes/mixed.yaml")[2])
     models = load(ROOT / "docs/examples/models.yaml")[1]
-    for name, metric in (("vllm-autoscaled.yaml", "vllm:num_requests_waiting"),
-                         ("llamacpp-scale-to-zero.yaml", "llamacpp:requests_processing")):  # fmt: skip
+    for name, metric in (
+        ("vllm-autoscaled.yaml", "vllm:num_requests_waiting"),
+        ("llamacpp-scale-to-zero.yaml", "llamacpp:requests_processing"),
+    ):
         (ib,) = load(ROOT / "docs/examples" / name)[0]
         decision = select(ib.spec, nodes, registry(models, "default"))
         so = next(o for o in render(ib, decision) if o["kind"] == "ScaledObject")
@@ -320,8 +345,9 @@ def _children(rec: FakeWriter, replicas: int, owner: str | None = "autoscaler") 
         body: dict[str, Any] = {}
         if obj["kind"] == "Deployment":
             body = {"spec": {**obj["spec"], "replicas": replicas}, "status": {"replicas": replicas}}
-        out[("ns", obj["metadata"]["name"], obj["kind"])] = Child(obj["metadata"]["annotations"][APPLIED_HASH],
-                                                                  body, owner)  # fmt: skip
+        out[("ns", obj["metadata"]["name"], obj["kind"])] = Child(
+            obj["metadata"]["annotations"][APPLIED_HASH], body, owner
+        )
     return out
 
 
@@ -408,10 +434,24 @@ def test_cli_render_takes_the_operators_prometheus_settings(capsys: pytest.Captu
     from inference_backend.cli import main
 
     examples = ROOT / "docs/examples"
-    args = ["-f", str(examples / "vllm-autoscaled.yaml"), "--nodes", str(examples / "nodes/mixed.yaml"),
-            "--models", str(examples / "models.yaml")]  # fmt: skip
-    code = main(["render", *args, "--prometheus-address", "http://prom:9090",
-                 "--autoscaling-label-matchers", 'ns="{namespace}"'])  # fmt: skip
+    args = [
+        "-f",
+        str(examples / "vllm-autoscaled.yaml"),
+        "--nodes",
+        str(examples / "nodes/mixed.yaml"),
+        "--models",
+        str(examples / "models.yaml"),
+    ]
+    code = main(
+        [
+            "render",
+            *args,
+            "--prometheus-address",
+            "http://prom:9090",
+            "--autoscaling-label-matchers",
+            'ns="{namespace}"',
+        ]
+    )
     assert code == 0
     docs = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
     (so,) = [d for d in docs if d["kind"] == "ScaledObject"]

@@ -24,12 +24,22 @@ BASE: dict[str, Any] = {
     "spec": {"model": {"uri": "hf://Qwen/Qwen2.5-7B-Instruct", "parameters": "7.6B"}},
 }
 L4_NODE = {
-    "apiVersion": "v1", "kind": "Node",
-    "metadata": {"name": "l4", "labels": {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034",
-                                          "nvidia.com/cuda.compute.major": "8", "nvidia.com/cuda.compute.minor": "9"}},
-    "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
-               "conditions": [{"type": "Ready", "status": "True"}]},
-}  # fmt: skip
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {
+        "name": "l4",
+        "labels": {
+            "nvidia.com/gpu.product": "NVIDIA-L4",
+            "nvidia.com/gpu.memory": "23034",
+            "nvidia.com/cuda.compute.major": "8",
+            "nvidia.com/cuda.compute.minor": "9",
+        },
+    },
+    "status": {
+        "allocatable": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+        "conditions": [{"type": "Ready", "status": "True"}],
+    },
+}
 
 
 def _with(path: str, value: Any) -> dict[str, Any]:
@@ -43,44 +53,73 @@ def _with(path: str, value: Any) -> dict[str, Any]:
 
 
 REFUSED = [
-    ("replicas", "3"), ("replicas", True), ("replicas", 2.5), ("replicas", 1001),
-    ("prefixCache.enabled", "yes"), ("prefixCache.enabled", 1),
-    ("model.parameters", "0B"), ("model.parameters", "0.0K"), ("model.parameters", "1" * 400 + "B"),
-    ("model.parameters", "08B"), ("model.contextLength", INT64_MAX + 1), ("model.contextLength", 10**400),
-    ("model.contextLength", "4096"), ("kvCache.cpuOffloadGiB", float("inf")), ("kvCache.cpuOffloadGiB", "1"),
-    ("kvCache.memoryFraction", float("nan")), ("objectives.ttftMillis", 2**64),
-    ("resources", {"requests": {"cpu": "-1"}}), ("resources", {"requests": {"memory": "1e400"}}),
-    ("resources", {"limits": {"nvidia.com/gpu": "9Ei"}}), ("resources", {"limits": {"kubernetes.io/x": 1}}),
-    ("resources", {"limits": {"cpu": True}}), ("resources", {"limits": {"cpu": 0.5}}),
-    ("hardware.nodeSelector", {"bad key": "v"}), ("hardware.nodeSelector", {"a": "bad value"}),
+    ("replicas", "3"),
+    ("replicas", True),
+    ("replicas", 2.5),
+    ("replicas", 1001),
+    ("prefixCache.enabled", "yes"),
+    ("prefixCache.enabled", 1),
+    ("model.parameters", "0B"),
+    ("model.parameters", "0.0K"),
+    ("model.parameters", "1" * 400 + "B"),
+    ("model.parameters", "08B"),
+    ("model.contextLength", INT64_MAX + 1),
+    ("model.contextLength", 10**400),
+    ("model.contextLength", "4096"),
+    ("kvCache.cpuOffloadGiB", float("inf")),
+    ("kvCache.cpuOffloadGiB", "1"),
+    ("kvCache.memoryFraction", float("nan")),
+    ("objectives.ttftMillis", 2**64),
+    ("resources", {"requests": {"cpu": "-1"}}),
+    ("resources", {"requests": {"memory": "1e400"}}),
+    ("resources", {"limits": {"nvidia.com/gpu": "9Ei"}}),
+    ("resources", {"limits": {"kubernetes.io/x": 1}}),
+    ("resources", {"limits": {"cpu": True}}),
+    ("resources", {"limits": {"cpu": 0.5}}),
+    ("hardware.nodeSelector", {"bad key": "v"}),
+    ("hardware.nodeSelector", {"a": "bad value"}),
     ("hardware.tolerations", [{"operator": "Exists", "value": "x"}]),
-    ("hardware.tolerations", [{"key": "k", "tolerationSeconds": 3}]), ("hardware.tolerations", [{"value": "v"}]),
-    ("engine.image", " vllm/vllm-openai"), ("engine.env", [{"name": "A=B"}]),
+    ("hardware.tolerations", [{"key": "k", "tolerationSeconds": 3}]),
+    ("hardware.tolerations", [{"value": "v"}]),
+    ("engine.image", " vllm/vllm-openai"),
+    ("engine.env", [{"name": "A=B"}]),
     ("engine.env", [{"name": "A", "value": "x", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]),
     ("engine.env", [{"name": "A", "valueFrom": {}}]),
     ("engine.env", [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "spec.containers"}}}]),
-    ("engine.extraArgs", ["x"] * 129), ("hardware.gpuProducts", ["x" * 64]),
-]  # fmt: skip
+    ("engine.extraArgs", ["x"] * 129),
+    ("hardware.gpuProducts", ["x" * 64]),
+]
 
 
 @pytest.mark.parametrize(("path", "value"), REFUSED)
 def test_refused_with_the_field_named(path: str, value: Any) -> None:
     with pytest.raises(ValidationError) as info:
         InferenceBackend.model_validate(_with(path, value))
-    assert any(path.split(".")[0] in ".".join(map(str, e["loc"])).lower() or path.split(".")[0] in str(e["loc"])
-               for e in info.value.errors()), info.value  # fmt: skip
+    assert any(
+        path.split(".")[0] in ".".join(map(str, e["loc"])).lower() or path.split(".")[0] in str(e["loc"])
+        for e in info.value.errors()
+    ), info.value
 
 
 ADMITTED = [
-    ("replicas", 3.0), ("model.contextLength", INT64_MAX), ("model.parameters", "0.5B"),
-    ("model.parameters", "0.001K"), ("model.parameters", "9999.9999T"), ("kvCache.memoryFraction", 1),
+    ("replicas", 3.0),
+    ("model.contextLength", INT64_MAX),
+    ("model.parameters", "0.5B"),
+    ("model.parameters", "0.001K"),
+    ("model.parameters", "9999.9999T"),
+    ("kvCache.memoryFraction", 1),
     ("resources", {"requests": {"cpu": "500m", "memory": "32Gi", "nvidia.com/gpu": 1}}),
     ("hardware.nodeSelector", {"example.com/pool": "a.b_c-1"}),
     ("hardware.tolerations", [{"operator": "Exists"}, {"key": "k", "effect": "NoExecute", "tolerationSeconds": -1}]),
-    ("engine.env", [{"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app/x']"}}},
-                    {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s.1", "key": ".k"}}}]),
+    (
+        "engine.env",
+        [
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app/x']"}}},
+            {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s.1", "key": ".k"}}},
+        ],
+    ),
     ("engine.image", "registry.example.com:5000/vllm/vllm-openai:v0.8@sha256:" + "a" * 64),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("path", "value"), ADMITTED)
@@ -128,7 +167,7 @@ GARBAGE_NODES = [
 @pytest.mark.parametrize("cmd", ["select", "render"])
 def test_garbage_node_lists_exit_2_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], nodes: str, field: str, cmd: str
-) -> None:  # fmt: skip
+) -> None:
     rc, err = _cli(tmp_path, BASE, nodes, capsys, cmd)
     assert rc == 2, err
     assert field in err and "Traceback" not in err
@@ -137,7 +176,7 @@ def test_garbage_node_lists_exit_2_naming_the_field(
 @pytest.mark.parametrize(("path", "value"), REFUSED[:12])
 def test_garbage_specs_exit_2_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str, value: Any
-) -> None:  # fmt: skip
+) -> None:
     if isinstance(value, float) and value != value:  # YAML cannot carry the NaN of this case the same way
         return
     rc, err = _cli(tmp_path, _with(path, value), {"kind": "List", "items": [L4_NODE]}, capsys)

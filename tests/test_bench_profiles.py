@@ -110,12 +110,32 @@ def test_only_paths_host_port_threads_are_mapped(engine: str, tmp_path: Path) ->
 def test_llama_bench_takes_the_servers_threads_and_batch_flags() -> None:
     from bench.engine_profiles.llama import llama_bench_argv
 
-    server = ["-m", "x.gguf", "-np", "8", "-c", "4096", "-t", "2", "-ngl", "0", "-b", "512", "-ub", "256",
-              "-ctk", "q8_0", "-ctv", "q8_0", "--flash-attn", "on", "--metrics"]  # fmt: skip
+    server = [
+        "-m",
+        "x.gguf",
+        "-np",
+        "8",
+        "-c",
+        "4096",
+        "-t",
+        "2",
+        "-ngl",
+        "0",
+        "-b",
+        "512",
+        "-ub",
+        "256",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q8_0",
+        "--flash-attn",
+        "on",
+        "--metrics",
+    ]
     argv = llama_bench_argv(Path("llama-bench"), Path("m.gguf"), server, 128, 64, 3)
     assert argv[:11] == ["llama-bench", "-m", "m.gguf", "-p", "128", "-n", "64", "-r", "3", "-o", "json"]
-    assert argv[11:] == ["-t", "2", "-ngl", "0", "-b", "512", "-ub", "256", "-ctk", "q8_0", "-ctv", "q8_0",
-                         "-fa", "on"]  # fmt: skip
+    assert argv[11:] == ["-t", "2", "-ngl", "0", "-b", "512", "-ub", "256", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on"]
 
 
 def test_bench_model_parameter_count_matches_llama2_7b() -> None:

@@ -101,8 +101,13 @@ def test_scaling_up_beyond_free_gpus_keeps_the_serving_deployment_and_its_reserv
     w = world(nodes, ledger)
     asyncio.run(reconcile(body("a"), w, rec, "test", recent))
     asyncio.run(reconcile(body("b"), w, rec, "test", recent))
-    dep = Child("h", {"spec": {"replicas": 1}, "status": {"readyReplicas": 1, "conditions": [
-        {"type": "Available", "status": "True"}]}})  # fmt: skip
+    dep = Child(
+        "h",
+        {
+            "spec": {"replicas": 1},
+            "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]},
+        },
+    )
     w = world(nodes, ledger, {("ns", "a", "Deployment"): dep})
     before = len(rec.applied)
     out = asyncio.run(reconcile(body("a", {**SPEC, "replicas": 2}, rec.status("a")), w, rec, "test", recent))

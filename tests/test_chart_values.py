@@ -120,17 +120,33 @@ def test_defaults(tmp_path: Path) -> None:
             continue
         assert d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm", d["kind"]
         assert d["metadata"]["labels"]["app.kubernetes.io/instance"] == "ib", d["kind"]
-    assert dep["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "inference-backend",
-                                                      "app.kubernetes.io/instance": "ib"}  # fmt: skip
+    assert dep["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "inference-backend",
+        "app.kubernetes.io/instance": "ib",
+    }
     spec = pod(docs)
-    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
-                                       "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     c = operator_container(docs)
-    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    assert c["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert c["image"] == f"ghcr.io/inference-backend/operator:{__version__}"
-    for absent in ("imagePullSecrets", "priorityClassName", "volumes", "nodeSelector", "tolerations", "affinity",
-                   "topologySpreadConstraints"):  # fmt: skip
+    for absent in (
+        "imagePullSecrets",
+        "priorityClassName",
+        "volumes",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+    ):
         assert absent not in spec, absent
     assert "volumeMounts" not in c
     assert env(docs)["IB_IMAGE_REGISTRY"] == env(docs)["IB_IMAGE_OVERRIDES"] == env(docs)["IB_IMAGE_PULL_SECRETS"] == ""
@@ -149,13 +165,16 @@ def test_the_chart_version_is_the_operators() -> None:
 
 
 @needs_helm
-@pytest.mark.parametrize(("values", "release", "base"), [
-    ({"nameOverride": "llm"}, "ib", "ib-llm"),
-    ({"nameOverride": "llm"}, "llm-prod", "llm-prod"),
-    ({}, "inference-backend", "inference-backend"),
-    ({"fullnameOverride": "llm-operator"}, "ib", "llm-operator"),
-    ({"fullnameOverride": "x" * 63}, "ib", "x" * 63),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "release", "base"),
+    [
+        ({"nameOverride": "llm"}, "ib", "ib-llm"),
+        ({"nameOverride": "llm"}, "llm-prod", "llm-prod"),
+        ({}, "inference-backend", "inference-backend"),
+        ({"fullnameOverride": "llm-operator"}, "ib", "llm-operator"),
+        ({"fullnameOverride": "x" * 63}, "ib", "x" * 63),
+    ],
+)
 def test_name_overrides(values: dict[str, Any], release: str, base: str, tmp_path: Path) -> None:
     docs = render(values, tmp_path, release)
     assert one(docs, "Deployment")["metadata"]["name"] == base
@@ -169,8 +188,10 @@ def test_name_overrides(values: dict[str, Any], release: str, base: str, tmp_pat
             assert d["roleRef"]["name"] == d["metadata"]["name"] and d["subjects"][0]["name"] == base
     name = values.get("nameOverride", "inference-backend")
     assert one(docs, "Deployment")["metadata"]["labels"]["app.kubernetes.io/name"] == name
-    assert one(docs, "Service")["spec"]["selector"] == {"app.kubernetes.io/name": name,
-                                                        "app.kubernetes.io/instance": release}  # fmt: skip
+    assert one(docs, "Service")["spec"]["selector"] == {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/instance": release,
+    }
     hook = test_pod(docs)
     assert hook is not None
     assert f"{base}-metrics.{NS}.svc" in hook["spec"]["containers"][0]["env"][0]["value"]
@@ -223,16 +244,24 @@ def test_metrics_service_and_test_hook_toggles(tmp_path: Path) -> None:
 
 
 @needs_helm
-@pytest.mark.parametrize(("values", "image"), [
-    ({"image": {"digest": DIGEST}}, f"ghcr.io/inference-backend/operator@{DIGEST}"),
-    ({"image": {"tag": "0.2.0-rc1"}}, "ghcr.io/inference-backend/operator:0.2.0-rc1"),
-    ({"image": {"registry": "r.example.com:5000"}}, f"r.example.com:5000/inference-backend/operator:{__version__}"),
-    ({"image": {"repository": "localhost:5001/ib-operator", "tag": "dev"}}, "localhost:5001/ib-operator:dev"),
-    ({"image": {"repository": "ib/operator", "registry": "r.example.com"}}, f"r.example.com/ib/operator:{__version__}"),
-    (BRANCHES["mirror"], f"mirror.example.com/proxy/inference-backend/operator:{__version__}"),
-    ({"global": {"imageRegistry": "m.example.com"}, "image": {"digest": DIGEST}},
-     f"m.example.com/inference-backend/operator@{DIGEST}"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("values", "image"),
+    [
+        ({"image": {"digest": DIGEST}}, f"ghcr.io/inference-backend/operator@{DIGEST}"),
+        ({"image": {"tag": "0.2.0-rc1"}}, "ghcr.io/inference-backend/operator:0.2.0-rc1"),
+        ({"image": {"registry": "r.example.com:5000"}}, f"r.example.com:5000/inference-backend/operator:{__version__}"),
+        ({"image": {"repository": "localhost:5001/ib-operator", "tag": "dev"}}, "localhost:5001/ib-operator:dev"),
+        (
+            {"image": {"repository": "ib/operator", "registry": "r.example.com"}},
+            f"r.example.com/ib/operator:{__version__}",
+        ),
+        (BRANCHES["mirror"], f"mirror.example.com/proxy/inference-backend/operator:{__version__}"),
+        (
+            {"global": {"imageRegistry": "m.example.com"}, "image": {"digest": DIGEST}},
+            f"m.example.com/inference-backend/operator@{DIGEST}",
+        ),
+    ],
+)
 def test_operator_image(values: dict[str, Any], image: str, tmp_path: Path) -> None:
     docs = render(values, tmp_path)
     assert operator_container(docs)["image"] == image
@@ -300,7 +329,10 @@ def test_operator_settings_reach_its_flags_and_env(tmp_path: Path) -> None:
     assert "--log-level=debug" in operator_container(docs)["args"]
     e = env(docs)
     assert (e["IB_DEBOUNCE_SECONDS"], e["IB_PROMETHEUS_ADDRESS"], e["IB_AUTOSCALING_LABEL_MATCHERS"]) == (
-        "5", "https://prom.example.com", 'ns="{namespace}"')  # fmt: skip
+        "5",
+        "https://prom.example.com",
+        'ns="{namespace}"',
+    )
 
 
 @needs_helm
@@ -311,27 +343,30 @@ def test_argocd_snippet_toggle(tmp_path: Path) -> None:
 
 
 @needs_helm
-@pytest.mark.parametrize(("sets", "where", "says"), [
-    (["imagee.tag=x"], "", "'imagee'"),
-    (["image.tga=x"], "/image", "'tga'"),
-    (["image.digest=md5:abc"], "/image/digest", ""),
-    (["image.pullPolicy=Sometimes"], "/image/pullPolicy", ""),
-    (["global.imageRegistry=https://mirror.example.com"], "/global/imageRegistry", ""),
-    (["global.imagePullSecrets[0]=Bad_Name"], "/global/imagePullSecrets/0", ""),
-    (["engineImages.vlm.tag=x"], "/engineImages", "'vlm'"),
-    (["engineImages.vllm.tga=x"], "/engineImages/vllm", "'tga'"),
-    (["engineImages.vllm.digest=sha256:abc"], "/engineImages/vllm/digest", ""),
-    (["engineImages.tgi.repository=Ghcr.io/x:1"], "/engineImages/tgi/repository", ""),
-    (["engineImagePullSecrets[0].nam=x"], "/engineImagePullSecrets/0", ""),
-    (["nameOverride=Bad_Name"], "/nameOverride", ""),
-    (["fullnameOverride=" + "x" * 64], "/fullnameOverride", "maxLength"),
-    (["extraArgs=--x"], "/extraArgs", ""),
-    (["extraEnv[0].value=x"], "/extraEnv/0", "name"),
-    (["podLabels.team=1"], "/podLabels/team", ""),
-    (["tests.enable=true"], "/tests", "'enable'"),
-    (["resources.request.cpu=1"], "/resources", "'request'"),
-    (["watchNamespaces[0]=Team_A"], "/watchNamespaces/0", ""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("sets", "where", "says"),
+    [
+        (["imagee.tag=x"], "", "'imagee'"),
+        (["image.tga=x"], "/image", "'tga'"),
+        (["image.digest=md5:abc"], "/image/digest", ""),
+        (["image.pullPolicy=Sometimes"], "/image/pullPolicy", ""),
+        (["global.imageRegistry=https://mirror.example.com"], "/global/imageRegistry", ""),
+        (["global.imagePullSecrets[0]=Bad_Name"], "/global/imagePullSecrets/0", ""),
+        (["engineImages.vlm.tag=x"], "/engineImages", "'vlm'"),
+        (["engineImages.vllm.tga=x"], "/engineImages/vllm", "'tga'"),
+        (["engineImages.vllm.digest=sha256:abc"], "/engineImages/vllm/digest", ""),
+        (["engineImages.tgi.repository=Ghcr.io/x:1"], "/engineImages/tgi/repository", ""),
+        (["engineImagePullSecrets[0].nam=x"], "/engineImagePullSecrets/0", ""),
+        (["nameOverride=Bad_Name"], "/nameOverride", ""),
+        (["fullnameOverride=" + "x" * 64], "/fullnameOverride", "maxLength"),
+        (["extraArgs=--x"], "/extraArgs", ""),
+        (["extraEnv[0].value=x"], "/extraEnv/0", "name"),
+        (["podLabels.team=1"], "/podLabels/team", ""),
+        (["tests.enable=true"], "/tests", "'enable'"),
+        (["resources.request.cpu=1"], "/resources", "'request'"),
+        (["watchNamespaces[0]=Team_A"], "/watchNamespaces/0", ""),
+    ],
+)
 def test_the_schema_refuses_typos_and_wrong_types_naming_the_field(sets: list[str], where: str, says: str) -> None:
     args = [a for s in sets for a in ("--set", s)]
     res = helm("template", "ib", str(CHART), *args)
@@ -397,14 +432,26 @@ def test_as_a_subchart_with_global_values(tmp_path: Path) -> None:
     parent = tmp_path / "platform"
     (parent / "charts").mkdir(parents=True)
     shutil.copytree(CHART, parent / "charts/inference-backend")
-    (parent / "Chart.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "v2", "name": "platform", "version": "1.0.0",
-        "dependencies": [{"name": "inference-backend", "version": "0.1.0", "condition": "inference-backend.enabled"}],
-    }))  # fmt: skip
-    (parent / "values.yaml").write_text(yaml.safe_dump({
-        "global": {"imageRegistry": "mirror.example.com", "imagePullSecrets": [{"name": "corp"}], "team": "ml"},
-        "inference-backend": {"enabled": True, "engineImagePullSecrets": ["engines"]},
-    }))  # fmt: skip
+    (parent / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "1.0.0",
+                "dependencies": [
+                    {"name": "inference-backend", "version": "0.1.0", "condition": "inference-backend.enabled"}
+                ],
+            }
+        )
+    )
+    (parent / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"imageRegistry": "mirror.example.com", "imagePullSecrets": [{"name": "corp"}], "team": "ml"},
+                "inference-backend": {"enabled": True, "engineImagePullSecrets": ["engines"]},
+            }
+        )
+    )
     res = helm("template", "platform", str(parent), "--namespace", NS)
     assert res.returncode == 0, res.stderr
     docs = [d for d in yaml.safe_load_all(res.stdout) if d]
@@ -478,15 +525,24 @@ def test_the_helm_test_hook_checks_the_operators_metrics(tmp_path: Path) -> None
     assert c["env"][0]["value"] == f"http://ib-inference-backend-metrics.{NS}.svc:8080/metrics"
     (tmp_path / "other").mkdir()
     (tmp_path / "other/metrics").write_text("up 1\n")
-    cases = ((OPERATOR_METRICS, tmp_path, True), (OTHER_SERVER, tmp_path / "other", False),
-             (OTHER_SERVER, tmp_path, False))  # fmt: skip
+    cases = (
+        (OPERATOR_METRICS, tmp_path, True),
+        (OTHER_SERVER, tmp_path / "other", False),
+        (OTHER_SERVER, tmp_path, False),
+    )
     for code, cwd, ok in cases:
         port = _free_port()
         server = _serve(code, port, cwd)
         try:
-            res = subprocess.run([sys.executable, *c["command"][1:]], capture_output=True, text=True, timeout=60,
-                                 env={**os.environ, "IB_TEST_URL": f"http://127.0.0.1:{port}/metrics"}, cwd=tmp_path,
-                                 check=False)  # fmt: skip
+            res = subprocess.run(
+                [sys.executable, *c["command"][1:]],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "IB_TEST_URL": f"http://127.0.0.1:{port}/metrics"},
+                cwd=tmp_path,
+                check=False,
+            )
         finally:
             server.kill()
             server.wait()

@@ -35,8 +35,14 @@ def test_every_example_against_every_node_list(example: Path, nodes: Path, capsy
     code = main(["select", "-f", str(example), "--nodes", str(nodes), "--models", MODELS, "-o", "json"])
     out = json.loads(capsys.readouterr().out)
     assert code == (0 if out["satisfiable"] else 3)
-    assert set(out) >= {"backend", "satisfiable", "reasons", "tensorParallelSize", "gpusPerReplica",
-                        "speculativeDecoding"}  # fmt: skip
+    assert set(out) >= {
+        "backend",
+        "satisfiable",
+        "reasons",
+        "tensorParallelSize",
+        "gpusPerReplica",
+        "speculativeDecoding",
+    }
     assert isinstance(out["speculativeDecoding"]["enabled"], bool) and out["speculativeDecoding"]["reason"]
     assert out["reasons"] and all(isinstance(r, str) and r for r in out["reasons"])
     engine = example.stem.split("-")[0]
@@ -61,16 +67,32 @@ def test_every_example_against_every_node_list(example: Path, nodes: Path, capsy
     ],
 )
 def test_each_engine_example_is_satisfiable_somewhere(example: str, nodes: str, backend: str, tp: int) -> None:
-    res = run("select", "-f", f"docs/examples/{example}.yaml", "--nodes", f"docs/examples/nodes/{nodes}.yaml",
-              "--models", MODELS, "-o", "json")  # fmt: skip
+    res = run(
+        "select",
+        "-f",
+        f"docs/examples/{example}.yaml",
+        "--nodes",
+        f"docs/examples/nodes/{nodes}.yaml",
+        "--models",
+        MODELS,
+        "-o",
+        "json",
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert (out["backend"], out["tensorParallelSize"]) == (backend, tp)
 
 
 def test_text_output_shows_the_decision_path() -> None:
-    res = run("select", "-f", "docs/examples/vllm-llama-3-1-8b.yaml", "--nodes", "docs/examples/nodes/h100x8.yaml",
-              "--models", MODELS)  # fmt: skip
+    res = run(
+        "select",
+        "-f",
+        "docs/examples/vllm-llama-3-1-8b.yaml",
+        "--nodes",
+        "docs/examples/nodes/h100x8.yaml",
+        "--models",
+        MODELS,
+    )
     assert res.returncode == 0
     assert "InferenceBackend llama-chat: backend vllm" in res.stdout
     assert "  1. model llama-3-1-8b: facts from the registered Model" in res.stdout
@@ -87,27 +109,36 @@ def test_unsatisfiable_exits_3() -> None:
 @pytest.mark.parametrize(
     ("manifest", "message"),
     [
-        ("spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  kvCache: {memoryFraction: 1.5}\n",
-         "spec.kvCache.memoryFraction: Input should be less than or equal to 1"),
+        (
+            "spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  kvCache: {memoryFraction: 1.5}\n",
+            "spec.kvCache.memoryFraction: Input should be less than or equal to 1",
+        ),
         ("spec:\n  model: {parameters: 8B}\n", "spec.model: set model.modelRef or model.uri"),
         ("spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  backnd: vllm\n", "spec.backnd: Extra inputs"),
-        ("spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  speculativeDecoding: {numSpeculativeTokens: 17,"
-         " method: ngram}\n",
-         "spec.speculativeDecoding.numSpeculativeTokens: Input should be less than or equal to 16"),
-        ("spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  speculativeDecoding: {method: draft}\n",
-         "draftModelRef is required when method is draft"),
+        (
+            "spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  speculativeDecoding: {numSpeculativeTokens: 17,"
+            " method: ngram}\n",
+            "spec.speculativeDecoding.numSpeculativeTokens: Input should be less than or equal to 16",
+        ),
+        (
+            "spec:\n  model: {uri: 'hf://x/y', parameters: 8B}\n  speculativeDecoding: {method: draft}\n",
+            "draftModelRef is required when method is draft",
+        ),
         ("spec:\n  model: {uri: 'hf://x/y'}\n", "spec.model.parameters: needed to size the model"),
         ("spec:\n  model: {uri: 's3://b/weights', parameters: 1B}\n", "spec.model.format: cannot infer the format"),
         ("spec:\n  model: {modelRef: nope}\n", "spec.model.modelRef: Model 'nope' not found"),
         ("spec:\n  model: {uri: 'hf://x/y', parameters: 8 billion}\n", "spec.model.parameters: String should match"),
-        ("spec:\n  model: {uri: 'hf://x/y.gguf', parameters: 8B, format: safetensors, quantization: q4_k_m}\n",
-         "model.format must be gguf"),
+        (
+            "spec:\n  model: {uri: 'hf://x/y.gguf', parameters: 8B, format: safetensors, quantization: q4_k_m}\n",
+            "model.format must be gguf",
+        ),
     ],
-)  # fmt: skip
+)
 def test_invalid_input_exits_2_naming_the_field(tmp_path: Path, manifest: str, message: str) -> None:
     f = tmp_path / "ib.yaml"
-    f.write_text("apiVersion: serving.inferencebackend.io/v1alpha1\nkind: InferenceBackend\nmetadata: {name: x}\n"
-                 + manifest)  # fmt: skip
+    f.write_text(
+        "apiVersion: serving.inferencebackend.io/v1alpha1\nkind: InferenceBackend\nmetadata: {name: x}\n" + manifest
+    )
     res = run("select", "-f", str(f), "--nodes", "docs/examples/nodes/mixed.yaml")
     assert res.returncode == 2, res.stdout
     assert message in res.stderr

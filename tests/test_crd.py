@@ -70,8 +70,14 @@ def test_cel_rules() -> None:
     # from the cards: the KV cache types, GPU-only engines, two autoscaling signals some engines lack, scale to zero,
     # the engines' int32 flags
     fields = [r["message"].split(" ")[0] for r in spec["x-kubernetes-validations"]]
-    assert fields == ["kvCache.dtype", "backend", "autoscaling.metric", "autoscaling.metric", "autoscaling.minReplicas",
-                      "batching.maxBatchTokens"]  # fmt: skip
+    assert fields == [
+        "kvCache.dtype",
+        "backend",
+        "autoscaling.metric",
+        "autoscaling.metric",
+        "autoscaling.minReplicas",
+        "batching.maxBatchTokens",
+    ]
     auto = [r["rule"] for r in spec["properties"]["autoscaling"]["x-kubernetes-validations"]]
     assert "self.minReplicas <= self.maxReplicas" in auto
 
@@ -81,8 +87,11 @@ def test_names_columns_and_status_subresource() -> None:
     version = ib["spec"]["versions"][0]
     assert ib["spec"]["names"]["shortNames"] == ["ib"]
     assert model_crd()["spec"]["names"]["shortNames"] == ["mdl"]
-    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-             "labelSelectorPath": ".status.selector"}  # fmt: skip
+    scale = {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    }
     assert version["subresources"] == {"status": {}, "scale": scale}
     names = [c["name"] for c in version["additionalPrinterColumns"] if not c.get("priority")]
     assert names == ["Backend", "Phase", "Ready", "Endpoint", "Age"]

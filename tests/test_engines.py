@@ -135,8 +135,11 @@ def test_llamacpp_build_is_one_constant() -> None:
 
 def test_llamacpp_build_matches_the_contract_pin() -> None:
     """The images and the binary the contract tests boot are the same build (hack/llama-cpp.version)."""
-    pins = dict(line.split("=", 1) for line in (ROOT / "hack" / "llama-cpp.version").read_text().splitlines()
-                if line and not line.startswith("#"))  # fmt: skip
+    pins = dict(
+        line.split("=", 1)
+        for line in (ROOT / "hack" / "llama-cpp.version").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     assert int(pins["LLAMA_CPP_BUILD"]) == llamacpp.LLAMA_CPP_BUILD
     assert f"b{pins['LLAMA_CPP_BUILD']}" == llamacpp.VERSION
 
@@ -144,8 +147,13 @@ def test_llamacpp_build_matches_the_contract_pin() -> None:
 def test_bitsandbytes_never_goes_to_vllm() -> None:
     """vLLM 0.33.0 has no bitsandbytes method: auto picks TGI; a forced vllm is refused; the renderer refuses."""
     nodes = cluster(node("g", "h100"))
-    model = {"uri": "hf://x/y", "parameters": "8B", "dtype": "bfloat16", "contextLength": 4096,
-             "quantization": "bitsandbytes"}  # fmt: skip
+    model = {
+        "uri": "hf://x/y",
+        "parameters": "8B",
+        "dtype": "bfloat16",
+        "contextLength": 4096,
+        "quantization": "bitsandbytes",
+    }
     auto = select(spec(model=model), nodes, {})
     assert auto.backend == "tgi"
     forced = select(spec(model=model, backend="vllm"), nodes, {})

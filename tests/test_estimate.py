@@ -16,20 +16,45 @@ from inference_backend.selection import select
 from inference_backend.selection.estimate import Replica, estimate
 from inference_backend.selection.workload import Device, Efficiency, Shape, Workload, predict
 
-REFERENCE = Profile(ttft_ms=210_000, tokens_per_second=0.6, memory_gib_per_7b=26, bytes_per_param=4.0,
-                    provenance="measured: a 32M model scaled to 7B", reference_cores=2)  # fmt: skip
-Q8 = MeasuredRow(weights="q8_0", parameters=6_738_415_616, bytes_per_param=1.0625, cores=2, prompt_tokens=512,
-                 ttft_ms=69_000, tokens_per_second_1=2.3, tokens_per_second_8=4.0, peak_rss_gib=7.2,
-                 provenance="measured: test row")  # fmt: skip
+REFERENCE = Profile(
+    ttft_ms=210_000,
+    tokens_per_second=0.6,
+    memory_gib_per_7b=26,
+    bytes_per_param=4.0,
+    provenance="measured: a 32M model scaled to 7B",
+    reference_cores=2,
+)
+Q8 = MeasuredRow(
+    weights="q8_0",
+    parameters=6_738_415_616,
+    bytes_per_param=1.0625,
+    cores=2,
+    prompt_tokens=512,
+    ttft_ms=69_000,
+    tokens_per_second_1=2.3,
+    tokens_per_second_8=4.0,
+    peak_rss_gib=7.2,
+    provenance="measured: test row",
+)
 CPU2 = Placement("cpu", HardwareClass(arch="amd64", cpu_millis=2000, memory_bytes=24 * 2**30), 1)
 CPU8 = dataclasses.replace(CPU2, hardware=dataclasses.replace(CPU2.hardware, cpu_millis=8000))
 H100 = node("h100-a", "h100", 8, cpu="192", memory="1900Gi")
 
 
 def _model(quantization: str = "none", parameters: int = Q8.parameters, dtype: str = "float16") -> ResolvedModel:
-    return ResolvedModel(uri=None, format="gguf", parameters=parameters, dtype=dtype, quantization=quantization,
-                         context_length=4096, layers=32, kv_heads=32, head_dim=128, shape_source="test",
-                         attention_heads=32)  # fmt: skip
+    return ResolvedModel(
+        uri=None,
+        format="gguf",
+        parameters=parameters,
+        dtype=dtype,
+        quantization=quantization,
+        context_length=4096,
+        layers=32,
+        kv_heads=32,
+        head_dim=128,
+        shape_source="test",
+        attention_heads=32,
+    )
 
 
 def _cpu(profile: Profile, m: ResolvedModel, placement: Placement, load: Workload, dtype: str = "float16") -> float:
@@ -106,14 +131,22 @@ def test_beyond_the_batch_cap_requests_queue_and_a_rate_above_capacity_saturates
 
 def test_the_decision_says_where_its_estimate_comes_from() -> None:
     cpu = cluster(node("cpu", cpu="16", memory="64Gi"))
-    d = select(spec(backend="pytorch", model={"uri": "hf://x/y", "parameters": "7B", "dtype": "bfloat16"},
-                    hardware={"accelerator": "cpu"}), cpu, {})  # fmt: skip
+    d = select(
+        spec(
+            backend="pytorch",
+            model={"uri": "hf://x/y", "parameters": "7B", "dtype": "bfloat16"},
+            hardware={"accelerator": "cpu"},
+        ),
+        cpu,
+        {},
+    )
     line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
     row = next(r for r in card("pytorch").profiles["cpu"].measured if r.weights == "bfloat16")
     assert "measured row (6.7B bfloat16, 2 cores" in line and row.provenance in line
     assert d.estimate["source"].startswith("measured row (6.7B bfloat16")  # type: ignore[union-attr]
-    d = select(spec(model={"uri": "hf://x/y/model.Q6_K.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}),
-               cpu, {})  # fmt: skip
+    d = select(
+        spec(model={"uri": "hf://x/y/model.Q6_K.gguf", "parameters": "7B"}, hardware={"accelerator": "cpu"}), cpu, {}
+    )
     line = next(r for r in d.reasons if r.startswith("estimated TTFT"))
     assert "nearest measured quantization (no q6_k row) (6.7B q8_0" in line  # 0.82 B/param: nearer q8_0
     d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="vllm"), cluster(H100), MODELS)
@@ -126,8 +159,12 @@ def test_the_decision_says_where_its_estimate_comes_from() -> None:
 
 
 def _at(concurrency: int, prompt: int) -> dict[str, float | str]:
-    s = spec(model={"modelRef": "llama-3-1-8b"}, backend="vllm", replicas=1,
-             objectives={"concurrency": concurrency, "promptTokens": prompt, "outputTokens": 256})  # fmt: skip
+    s = spec(
+        model={"modelRef": "llama-3-1-8b"},
+        backend="vllm",
+        replicas=1,
+        objectives={"concurrency": concurrency, "promptTokens": prompt, "outputTokens": 256},
+    )
     return select(s, cluster(H100), MODELS).estimate
 
 

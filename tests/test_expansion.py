@@ -43,50 +43,136 @@ GPU = [node("h100", "h100", 8), node("cpu-a", cpu="32", memory="128Gi")]
 CPU = [node("cpu-a", cpu="32", memory="128Gi")]
 H100X8 = [node(f"h{i}", "h100", 8) for i in range(4)]
 REGISTRY = dict(MODELS) | {
-    "llama-3-1-405b": ModelSpec.model_validate({"uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
-                                                "parameters": "405B", "dtype": "bfloat16", "contextLength": 8192}),
-}  # fmt: skip
+    "llama-3-1-405b": ModelSpec.model_validate(
+        {
+            "uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
+            "parameters": "405B",
+            "dtype": "bfloat16",
+            "contextLength": 8192,
+        }
+    ),
+}
 
 _FULL: dict[str, Any] = {
-    "engine": {"extraArgs": ["--hostile-extra"],
-               "env": [{"name": "USER_VALUE", "value": "v"},
-                       {"name": "USER_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
-    "hardware": {"tolerations": [{"key": "example.com/k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}],
-                 "nodeSelector": {}},
+    "engine": {
+        "extraArgs": ["--hostile-extra"],
+        "env": [
+            {"name": "USER_VALUE", "value": "v"},
+            {"name": "USER_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ],
+    },
+    "hardware": {
+        "tolerations": [{"key": "example.com/k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}],
+        "nodeSelector": {},
+    },
     "resources": {"requests": {"cpu": "1"}},
-}  # fmt: skip
+}
 # (spec, nodes): one per engine (spec.backend pins it) and a LeaderWorkerSet; every optional object present, so a
 # string anywhere in the schema has a place to go.
 BASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
-    "vllm": ({"model": {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "parameters": "8B", "servedName": "chat",
-                        "credentialsSecret": "hf"}}, GPU),
-    "tgi": ({"model": {"uri": "s3://bucket/llama-3.1-8b", "format": "safetensors", "parameters": "8B",
-                       "credentialsSecret": "aws"}}, GPU),
-    "sglang": ({"model": {"uri": "gs://bucket/llama-3.1-8b", "format": "safetensors", "parameters": "8B",
-                          "servedName": "chat",
-                          "credentialsSecret": "gcs"}}, GPU),
-    "llamacpp": ({"model": {"uri": "hf://x/Llama-3.1-8B-GGUF/llama-3.1-8b.Q4_K_M.gguf", "parameters": "8B",
-                            "servedName": "chat", "credentialsSecret": "hf", "cache": {"pvc": "weights"}},
-                  "hardware": {"accelerator": "cpu"},
-                  "autoscaling": {"minReplicas": 0, "maxReplicas": 2, "metric": "queueDepth", "target": 4,
-                                  "scaleToZero": {"cooldownSeconds": 300, "wakeQuery": "sum(up)"}}}, CPU),
-    "onnxruntime": ({"model": {"uri": "https://example.com/phi-3.onnx", "format": "onnx", "parameters": "3.8B",
-                               "servedName": "chat"}, "hardware": {"accelerator": "cpu"}}, CPU),
-    "pytorch": ({"model": {"uri": "pvc://research-models/gpt-350m", "format": "pytorch", "parameters": "350M",
-                           "servedName": "chat"}, "hardware": {"accelerator": "cpu"}}, CPU),
-    "lws": ({"model": {"modelRef": "llama-3-1-405b", "servedName": "chat", "credentialsSecret": "hf"},
-             "backend": "vllm"}, H100X8),
-}  # fmt: skip
-HOSTILE = ("$(HF_TOKEN)", "$$(AWS_SECRET_ACCESS_KEY)", "x$$$(GOOGLE_APPLICATION_CREDENTIALS_JSON)$", "$(USER_SECRET",
-           "$(LWS_LEADER_ADDRESS)", "$(USER_SECRET)$")  # fmt: skip
+    "vllm": (
+        {
+            "model": {
+                "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+                "parameters": "8B",
+                "servedName": "chat",
+                "credentialsSecret": "hf",
+            }
+        },
+        GPU,
+    ),
+    "tgi": (
+        {
+            "model": {
+                "uri": "s3://bucket/llama-3.1-8b",
+                "format": "safetensors",
+                "parameters": "8B",
+                "credentialsSecret": "aws",
+            }
+        },
+        GPU,
+    ),
+    "sglang": (
+        {
+            "model": {
+                "uri": "gs://bucket/llama-3.1-8b",
+                "format": "safetensors",
+                "parameters": "8B",
+                "servedName": "chat",
+                "credentialsSecret": "gcs",
+            }
+        },
+        GPU,
+    ),
+    "llamacpp": (
+        {
+            "model": {
+                "uri": "hf://x/Llama-3.1-8B-GGUF/llama-3.1-8b.Q4_K_M.gguf",
+                "parameters": "8B",
+                "servedName": "chat",
+                "credentialsSecret": "hf",
+                "cache": {"pvc": "weights"},
+            },
+            "hardware": {"accelerator": "cpu"},
+            "autoscaling": {
+                "minReplicas": 0,
+                "maxReplicas": 2,
+                "metric": "queueDepth",
+                "target": 4,
+                "scaleToZero": {"cooldownSeconds": 300, "wakeQuery": "sum(up)"},
+            },
+        },
+        CPU,
+    ),
+    "onnxruntime": (
+        {
+            "model": {
+                "uri": "https://example.com/phi-3.onnx",
+                "format": "onnx",
+                "parameters": "3.8B",
+                "servedName": "chat",
+            },
+            "hardware": {"accelerator": "cpu"},
+        },
+        CPU,
+    ),
+    "pytorch": (
+        {
+            "model": {
+                "uri": "pvc://research-models/gpt-350m",
+                "format": "pytorch",
+                "parameters": "350M",
+                "servedName": "chat",
+            },
+            "hardware": {"accelerator": "cpu"},
+        },
+        CPU,
+    ),
+    "lws": (
+        {"model": {"modelRef": "llama-3-1-405b", "servedName": "chat", "credentialsSecret": "hf"}, "backend": "vllm"},
+        H100X8,
+    ),
+}
+HOSTILE = (
+    "$(HF_TOKEN)",
+    "$$(AWS_SECRET_ACCESS_KEY)",
+    "x$$$(GOOGLE_APPLICATION_CREDENTIALS_JSON)$",
+    "$(USER_SECRET",
+    "$(LWS_LEADER_ADDRESS)",
+    "$(USER_SECRET)$",
+)
 _PREFIXES = {"uri": ("hf://org/", "s3://bucket/", "pvc://claim/", "https://example.com/"), "": ("",)}
 CARRIED = {"spec.model.uri", "spec.model.servedName", "spec.engine.extraArgs[]", "spec.engine.env[].value"}
 """String fields that reach a command, args or env value: each must be rendered at least once with hostile text."""
 
 
 def _ib(body: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": "t", "namespace": "default"}, "spec": body}  # fmt: skip
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "t", "namespace": "default"},
+        "spec": body,
+    }
 
 
 def string_fields(node: dict[str, Any], path: str = "spec") -> Iterator[str]:
@@ -192,8 +278,10 @@ def _cases() -> Iterator[tuple[str, str, str, list[dict[str, Any]] | None]]:
 
 
 CASES = list(_cases())
-BASELINE = {base: _render({**copy.deepcopy(_FULL), **copy.deepcopy(b), "backend": b.get("backend", base)}, n)
-            for base, (b, n) in BASES.items()}  # fmt: skip
+BASELINE = {
+    base: _render({**copy.deepcopy(_FULL), **copy.deepcopy(b), "backend": b.get("backend", base)}, n)
+    for base, (b, n) in BASES.items()
+}
 
 
 def test_every_base_renders_and_the_leaderworkerset_keeps_its_references() -> None:
@@ -230,8 +318,10 @@ def test_no_string_field_of_the_crd_expands() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet="$()ab{}\u00e9\u4e2d", max_size=24),
-       st.dictionaries(st.sampled_from(["a", "b", "HF_TOKEN"]), st.text(alphabet="$()x", max_size=6)))  # fmt: skip
+@given(
+    st.text(alphabet="$()ab{}\u00e9\u4e2d", max_size=24),
+    st.dictionaries(st.sampled_from(["a", "b", "HF_TOKEN"]), st.text(alphabet="$()x", max_size=6)),
+)
 def test_literal_is_exact_under_any_environment(text: str, env: dict[str, str]) -> None:
     assert expand(literal(text), mapping_for(env)) == text
 
@@ -248,8 +338,26 @@ def _kubelet() -> Any:
 def test_the_port_is_the_kubelets_expansion() -> None:
     """The Python port against the real Go code: on tricky texts and on every container rendered above."""
     binary = _kubelet()
-    tricky = ["$(A)", "$$(A)", "$$$(A)", "$", "a$", "$$", "$(", "$(A", "$()", "$)", "$a", "$\u00e9(A)", "$(A)$(B)",
-              "$((A))", "$(A))", "$(A$(B))", "\u4e2d$(A)\u4e2d", literal("$(A)$$(B)$")]  # fmt: skip
+    tricky = [
+        "$(A)",
+        "$$(A)",
+        "$$$(A)",
+        "$",
+        "a$",
+        "$$",
+        "$(",
+        "$(A",
+        "$()",
+        "$)",
+        "$a",
+        "$\u00e9(A)",
+        "$(A)$(B)",
+        "$((A))",
+        "$(A))",
+        "$(A$(B))",
+        "\u4e2d$(A)\u4e2d",
+        literal("$(A)$$(B)$"),
+    ]
     cases: list[tuple[list[tuple[str, str]], list[str]]] = [([("A", "x"), ("B", "$(A)y")], tricky)]
     containers = [c for _, _, _, objs in CASES if objs for c in _containers(objs)]
     for c in containers:

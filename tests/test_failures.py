@@ -24,14 +24,30 @@ from inference_backend.facts import group_nodes
 from lightkube.core.exceptions import ApiError
 
 REFUSED = {
-    "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422, "reason": "Invalid",
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "code": 422,
+    "reason": "Invalid",
     "message": 'Deployment.apps "chat" is invalid: spec.template.spec.containers[0].image: Required value',
-    "details": {"name": "chat", "group": "apps", "kind": "Deployment", "causes": [
-        {"reason": "FieldValueRequired", "message": "Required value",
-         "field": "spec.template.spec.containers[0].image"},
-        {"reason": "FieldValueInvalid", "message": "must be no more than 63 characters",
-         "field": "metadata.labels"}]},
-}  # fmt: skip
+    "details": {
+        "name": "chat",
+        "group": "apps",
+        "kind": "Deployment",
+        "causes": [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value",
+                "field": "spec.template.spec.containers[0].image",
+            },
+            {
+                "reason": "FieldValueInvalid",
+                "message": "must be no more than 63 characters",
+                "field": "metadata.labels",
+            },
+        ],
+    },
+}
 
 
 def api_error(body: dict[str, Any]) -> ApiError:
@@ -41,12 +57,15 @@ def api_error(body: dict[str, Any]) -> ApiError:
 
 def backend(name: str, generation: int = 1) -> dict[str, Any]:
     return {
-        "apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
         "metadata": {"name": name, "namespace": "ns", "uid": f"u-{name}", "generation": generation},
-        "spec": {"model": {"uri": "hf://org/m", "parameters": "1B", "format": "gguf"},
-                 "hardware": {"accelerator": "cpu"}},
+        "spec": {
+            "model": {"uri": "hf://org/m", "parameters": "1B", "format": "gguf"},
+            "hardware": {"accelerator": "cpu"},
+        },
         "status": {},
-    }  # fmt: skip
+    }
 
 
 def test_an_api_refusal_names_the_code_the_reason_and_every_field() -> None:
@@ -67,8 +86,17 @@ def test_a_refused_apply_fails_the_reconcile_naming_the_child() -> None:
 
 
 def test_the_failure_status_keeps_what_serves_and_is_stable_across_retries() -> None:
-    ready = status.build(status.Input(generation=1, decision=None, error=None, workload=status.Observed(1, 1, True),
-                                      endpoint="e", previous=None, now="t0"))  # fmt: skip
+    ready = status.build(
+        status.Input(
+            generation=1,
+            decision=None,
+            error=None,
+            workload=status.Observed(1, 1, True),
+            endpoint="e",
+            previous=None,
+            now="t0",
+        )
+    )
     ready["phase"] = "Ready"
     failed = status.failed(ready, generation=2, reason="ApplyFailed", message="applying Deployment x: 500", now="t1")
     conds = {c["type"]: c for c in failed["conditions"]}
@@ -81,8 +109,9 @@ def test_the_failure_status_keeps_what_serves_and_is_stable_across_retries() -> 
 
 
 def _state(bodies: dict[tuple[str, str], list[dict[str, Any]]], writer: FakeWriter) -> OperatorState:
-    st = OperatorState(Indexes(models={}, deployments={}, services={}, pdbs={}, backends=bodies), Config(debounce=0.05),
-                       writer=writer)  # fmt: skip
+    st = OperatorState(
+        Indexes(models={}, deployments={}, services={}, pdbs={}, backends=bodies), Config(debounce=0.05), writer=writer
+    )
     st.nodes.ready.set()
     st.indexed.set()
     st.nodes.update(node("cpu-a"))
@@ -90,8 +119,9 @@ def _state(bodies: dict[tuple[str, str], list[dict[str, Any]]], writer: FakeWrit
 
 
 def test_one_failing_backend_is_retried_with_backoff_visibly_and_never_holds_up_another() -> None:
-    refused = api_error({**REFUSED, "code": 500, "reason": "InternalError", "message": "etcdserver: timeout",
-                         "details": {}})  # fmt: skip
+    refused = api_error(
+        {**REFUSED, "code": 500, "reason": "InternalError", "message": "etcdserver: timeout", "details": {}}
+    )
     writer = FakeWriter().fail(refused, call="apply", name="chat")
     bodies = {("ns", "chat"): [backend("chat")], ("ns", "other"): [backend("other")]}
 
@@ -138,12 +168,17 @@ def test_a_spec_change_of_a_failing_backend_is_reconciled_at_once() -> None:
 
 
 def test_a_child_someone_else_made_is_never_adopted_and_the_condition_says_whose_it_is() -> None:
-    writer = FakeWriter().squat("Service", "chat", "Service ns/chat already exists and was not created by this "
-                                "InferenceBackend (managed by kubectl-create)")  # fmt: skip
+    writer = FakeWriter().squat(
+        "Service",
+        "chat",
+        "Service ns/chat already exists and was not created by this InferenceBackend (managed by kubectl-create)",
+    )
     w = World(group_nodes([node("cpu-a")]), {}, {})
     with pytest.raises(ReconcileFailure) as info:
         asyncio.run(reconcile(backend("chat"), w, writer, "test"))
     assert info.value.reason == "ChildConflict"
-    assert info.value.message.startswith("Service ns/chat already exists and was not created by this InferenceBackend "
-                                         "(managed by kubectl-create): it is left untouched")  # fmt: skip
+    assert info.value.message.startswith(
+        "Service ns/chat already exists and was not created by this InferenceBackend "
+        "(managed by kubectl-create): it is left untouched"
+    )
     assert all(o["kind"] != "Service" for o in writer.applied), "never applied over the other's Service"

@@ -41,8 +41,12 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     mp = pytest.MonkeyPatch()
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_ENDPOINT_URL": endpoint,
-                       "AWS_REGION": "us-east-1"}.items():  # fmt: skip
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": "us-east-1",
+    }.items():
         mp.setenv(key, value)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     client.create_bucket(Bucket="models")
@@ -59,7 +63,10 @@ def test_prefix_copied_recursively(s3: str, tmp_path: Path) -> None:
     out = io.StringIO()
     files = fetch("s3://models/llama/", tmp_path, out)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in files) == [
-        "config.json", "model-00001.safetensors", "tokenizer/tokenizer.json"]  # fmt: skip
+        "config.json",
+        "model-00001.safetensors",
+        "tokenizer/tokenizer.json",
+    ]
     assert (tmp_path / "model-00001.safetensors").read_bytes() == FILES["llama/model-00001.safetensors"]
     assert not (tmp_path / "unrelated.bin").exists()
     assert "3 file(s)" in out.getvalue() and "fetch done" in out.getvalue()
@@ -96,15 +103,20 @@ def test_cli_exit_codes(s3: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
 # ---- parallel downloads and the model cache, with requests counted by the server ------------------------------
 
 MANY = {f"shards/model-{i:05d}-of-00008.safetensors": bytes([i]) * 50_000 for i in range(8)} | {
-    "shards/config.json": b'{"model_type": "llama"}'}  # fmt: skip
+    "shards/config.json": b'{"model_type": "llama"}'
+}
 
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Server]:
     """A fresh moto server whose first two object GETs wait for each other at a barrier (5 s at most)."""
     server = S3Server(barrier_parties=2).start()
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                       "AWS_ENDPOINT_URL": server.endpoint, "AWS_REGION": "us-east-1"}.items():  # fmt: skip
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_ENDPOINT_URL": server.endpoint,
+        "AWS_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     put_objects(server.endpoint, "models", MANY.items())
     server.reset()
@@ -140,8 +152,9 @@ def test_workers_out_of_range_is_a_clear_error(tmp_path: Path, monkeypatch: pyte
         fetch("s3://models/x", tmp_path, io.StringIO(), workers=0)
 
 
-def test_cache_dir_second_run_downloads_nothing(counted: S3Server, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_cache_dir_second_run_downloads_nothing(
+    counted: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The CLI twice into one cache directory (a pod and its restart, or a second replica): the second run finds
     the completion marker and sends no request at all."""
     cache = tmp_path / "cache" / "s3-shards"

@@ -38,12 +38,14 @@ BIG = bytes(range(256)) * (96 * 1024)  # 24 MiB: more than the client's 10 MiB r
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
     server = HubServer(
-        repos={"acme/tiny": HubRepo(dict(FILES), sha=SHA),
-               "acme/private": HubRepo({"config.json": b"{}", "model.safetensors": b"s" * 1000}, private=True),
-               "acme/old": HubRepo({"config.json": b"{}", "pytorch_model.bin": b"p" * 10}),
-               "acme/big": HubRepo({"config.json": b"{}", "model.safetensors": BIG})},
+        repos={
+            "acme/tiny": HubRepo(dict(FILES), sha=SHA),
+            "acme/private": HubRepo({"config.json": b"{}", "model.safetensors": b"s" * 1000}, private=True),
+            "acme/old": HubRepo({"config.json": b"{}", "pytorch_model.bin": b"p" * 10}),
+            "acme/big": HubRepo({"config.json": b"{}", "model.safetensors": BIG}),
+        },
         token="hf_secret_token",
-    ).start()  # fmt: skip
+    ).start()
     monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
     monkeypatch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf-home")))  # never the user's cache or stored token
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -55,15 +57,23 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactor
 
 
 def _local(dest: Path) -> set[str]:
-    return {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()
-            and ".cache" not in p.relative_to(dest).parts and p.name not in (MARKER, ".fetch.lock")}  # fmt: skip
+    return {
+        p.relative_to(dest).as_posix()
+        for p in dest.rglob("*")
+        if p.is_file() and ".cache" not in p.relative_to(dest).parts and p.name not in (MARKER, ".fetch.lock")
+    }
 
 
 def test_repository_snapshot_takes_configs_tokenizers_and_safetensors(hub: HubServer, tmp_path: Path) -> None:
     out = io.StringIO()
     fetch("hf://acme/tiny", tmp_path, out)
-    assert _local(tmp_path) == {"config.json", "tokenizer.json", "tokenizer.model",
-                                "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}  # fmt: skip
+    assert _local(tmp_path) == {
+        "config.json",
+        "tokenizer.json",
+        "tokenizer.model",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    }
     assert (tmp_path / "model-00001-of-00002.safetensors").read_bytes() == FILES["model-00001-of-00002.safetensors"]
     got = {g.path.rsplit("/resolve/", 1)[1].split("/", 1)[1] for g in hub.file_gets()}
     assert "pytorch_model.bin" not in got and "onnx/model.onnx" not in got  # never requested, not just filtered
@@ -132,8 +142,9 @@ def test_interrupted_snapshot_is_completed_by_the_next_run(hub: HubServer, tmp_p
     assert hub.requests == []
 
 
-def test_missing_repository_is_a_clear_error(hub: HubServer, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_missing_repository_is_a_clear_error(
+    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["fetch", "hf://acme/nothing-here", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "error: hf://acme/nothing-here: repository acme/nothing-here not found" in err, err

@@ -39,10 +39,26 @@ _SPEC_GARBAGE = st.one_of(
     st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=4), st.booleans()),
 )
-_FIELDS = ["replicas", "backend", "model", "model.uri", "model.parameters", "model.contextLength", "hardware",
-           "hardware.nodeSelector", "hardware.tolerations", "batching.maxBatchSize", "kvCache.memoryFraction",
-           "kvCache.cpuOffloadGiB", "prefixCache.enabled", "engine.env", "engine.extraArgs", "resources.requests",
-           "speculativeDecoding", "objectives.ttftMillis"]  # fmt: skip
+_FIELDS = [
+    "replicas",
+    "backend",
+    "model",
+    "model.uri",
+    "model.parameters",
+    "model.contextLength",
+    "hardware",
+    "hardware.nodeSelector",
+    "hardware.tolerations",
+    "batching.maxBatchSize",
+    "kvCache.memoryFraction",
+    "kvCache.cpuOffloadGiB",
+    "prefixCache.enabled",
+    "engine.env",
+    "engine.extraArgs",
+    "resources.requests",
+    "speculativeDecoding",
+    "objectives.ttftMillis",
+]
 
 
 @_FUZZ

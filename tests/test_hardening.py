@@ -21,21 +21,40 @@ SPECS: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     "vllm": ({"model": {"modelRef": "llama-3-1-8b"}}, GPU),
     "tgi": ({"model": {"modelRef": "llama-3-1-8b"}}, GPU),
     "sglang": ({"model": {"modelRef": "llama-3-1-8b"}}, GPU),
-    "llamacpp": ({"model": {"uri": "hf://x/Llama-3.1-8B-GGUF/llama-3.1-8b.Q4_K_M.gguf", "parameters": "8B"},
-                  "hardware": {"accelerator": "cpu"}}, CPU),
-    "onnxruntime": ({"model": {"uri": "s3://b/phi-3-onnx", "format": "onnx", "parameters": "3.8B"},
-                     "hardware": {"accelerator": "cpu"}}, CPU),
-    "pytorch": ({"model": {"uri": "pvc://research-models/gpt-350m", "format": "pytorch", "parameters": "350M"},
-                 "hardware": {"accelerator": "cpu"}}, CPU),
-}  # fmt: skip
+    "llamacpp": (
+        {
+            "model": {"uri": "hf://x/Llama-3.1-8B-GGUF/llama-3.1-8b.Q4_K_M.gguf", "parameters": "8B"},
+            "hardware": {"accelerator": "cpu"},
+        },
+        CPU,
+    ),
+    "onnxruntime": (
+        {
+            "model": {"uri": "s3://b/phi-3-onnx", "format": "onnx", "parameters": "3.8B"},
+            "hardware": {"accelerator": "cpu"},
+        },
+        CPU,
+    ),
+    "pytorch": (
+        {
+            "model": {"uri": "pvc://research-models/gpt-350m", "format": "pytorch", "parameters": "350M"},
+            "hardware": {"accelerator": "cpu"},
+        },
+        CPU,
+    ),
+}
 
 
 def pod(engine: str) -> dict[str, Any]:
     body, nodes = SPECS[engine]
-    ib = InferenceBackend.model_validate({
-        "apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-        "metadata": {"name": "t", "namespace": "default"}, "spec": {**body, "backend": engine},
-    })  # fmt: skip
+    ib = InferenceBackend.model_validate(
+        {
+            "apiVersion": "serving.inferencebackend.io/v1alpha1",
+            "kind": "InferenceBackend",
+            "metadata": {"name": "t", "namespace": "default"},
+            "spec": {**body, "backend": engine},
+        }
+    )
     d = select(ib.spec, cluster(*nodes), MODELS)
     assert d.backend == engine, d.reasons[-1]
     spec: dict[str, Any] = render(ib, d)[0]["spec"]["template"]["spec"]

@@ -17,10 +17,14 @@ CPU = [node("cpu-a", cpu="32", memory="128Gi")]
 
 
 def ib(spec: dict[str, Any], name: str = "t") -> InferenceBackend:
-    return InferenceBackend.model_validate({
-        "apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-        "metadata": {"name": name, "namespace": "default"}, "spec": spec,
-    })  # fmt: skip
+    return InferenceBackend.model_validate(
+        {
+            "apiVersion": "serving.inferencebackend.io/v1alpha1",
+            "kind": "InferenceBackend",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": spec,
+        }
+    )
 
 
 def container(spec: dict[str, Any], nodes: list[dict[str, Any]] = GPU) -> dict[str, Any]:
@@ -31,10 +35,18 @@ def container(spec: dict[str, Any], nodes: list[dict[str, Any]] = GPU) -> dict[s
     return c
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (1048576.0, "1048576"), (0.9, "0.9"), (1e-05, "0.00001"), (123456.7, "123456.7"),
-    (0.1 + 0.2, "0.30000000000000004"), (2.0**70, "1180591620717411300000"), (-0.0, "0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1048576.0, "1048576"),
+        (0.9, "0.9"),
+        (1e-05, "0.00001"),
+        (123456.7, "123456.7"),
+        (0.1 + 0.2, "0.30000000000000004"),
+        (2.0**70, "1180591620717411300000"),
+        (-0.0, "0"),
+    ],
+)
 def test_numbers_are_written_exactly(value: float, text: str) -> None:
     assert decimal_text(value) == text
     assert float(text) == value
@@ -70,8 +82,12 @@ def test_a_served_name_that_an_engine_would_read_as_a_flag_or_split_is_refused(n
 def test_a_served_name_reaches_the_runner_as_one_argument() -> None:
     from inference_backend.runners.pytorch.args import build_parser
 
-    model = {"uri": "pvc://research-models/gpt-350m", "format": "pytorch", "parameters": "350M",
-             "servedName": "a=b;c$(HF_TOKEN)"}  # fmt: skip
+    model = {
+        "uri": "pvc://research-models/gpt-350m",
+        "format": "pytorch",
+        "parameters": "350M",
+        "servedName": "a=b;c$(HF_TOKEN)",
+    }
     spec = {"model": model, "hardware": {"accelerator": "cpu"}, "backend": "pytorch"}
     c = container(spec, CPU)
     assert c["args"][c["args"].index("--served-model-name") + 1] == "a=b;c$$(HF_TOKEN)"  # escaped for the kubelet
@@ -79,11 +95,22 @@ def test_a_served_name_reaches_the_runner_as_one_argument() -> None:
     assert args.served_model_name == "a=b;c$(HF_TOKEN)"
 
 
-@pytest.mark.parametrize("uri", [
-    "pvc://models/../../etc/passwd.gguf", "pvc://models/./x.gguf", "pvc://Bad_Claim!/m.gguf", "pvc://UPPER/m.gguf",
-    "pvc:///m.gguf", "pvc://" + "a" * 254 + "/m.gguf", "s3://b/../../x", "hf://org/repo/../x.gguf", "hf://org/a b",
-    "https://h/a\x00b", "s3://b//x",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "pvc://models/../../etc/passwd.gguf",
+        "pvc://models/./x.gguf",
+        "pvc://Bad_Claim!/m.gguf",
+        "pvc://UPPER/m.gguf",
+        "pvc:///m.gguf",
+        "pvc://" + "a" * 254 + "/m.gguf",
+        "s3://b/../../x",
+        "hf://org/repo/../x.gguf",
+        "hf://org/a b",
+        "https://h/a\x00b",
+        "s3://b//x",
+    ],
+)
 def test_uris_that_leave_their_store_or_name_no_claim_are_refused(uri: str) -> None:
     _refused({"model": {"uri": uri, "parameters": "1B"}}, "uri")
     from inference_backend.api.model import Model
@@ -92,13 +119,17 @@ def test_uris_that_leave_their_store_or_name_no_claim_are_refused(uri: str) -> N
         Model.model_validate({"metadata": {"name": "m"}, "spec": {"uri": uri}})
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"kvHeads": 64, "attentionHeads": 8}, "kvHeads"), ({"kvHeads": 3, "attentionHeads": 8}, "kvHeads"),
-    ({"activeParameters": "13B", "parameters": "8B"}, "activeParameters"),
-    ({"activeParameters": "8001M", "parameters": "8B"}, "activeParameters"),
-    ({"hiddenSize": 4096, "headDim": 4096, "attentionHeads": 32}, "headDim"),
-    ({"hiddenSize": 4096, "headDim": 32, "attentionHeads": 32}, "headDim"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"kvHeads": 64, "attentionHeads": 8}, "kvHeads"),
+        ({"kvHeads": 3, "attentionHeads": 8}, "kvHeads"),
+        ({"activeParameters": "13B", "parameters": "8B"}, "activeParameters"),
+        ({"activeParameters": "8001M", "parameters": "8B"}, "activeParameters"),
+        ({"hiddenSize": 4096, "headDim": 4096, "attentionHeads": 32}, "headDim"),
+        ({"hiddenSize": 4096, "headDim": 32, "attentionHeads": 32}, "headDim"),
+    ],
+)
 def test_inconsistent_models_are_refused(fields: dict[str, Any], message: str) -> None:
     """A Model with kvHeads 64 and attentionHeads 8 rendered, with the KV cache sized 8x."""
     from inference_backend.api.model import Model
@@ -107,12 +138,17 @@ def test_inconsistent_models_are_refused(fields: dict[str, Any], message: str) -
         Model.model_validate({"metadata": {"name": "m"}, "spec": {"uri": "hf://o/m", **fields}})
 
 
-@pytest.mark.parametrize("fields", [
-    {"kvHeads": 8, "attentionHeads": 32}, {"kvHeads": 1, "attentionHeads": 14},
-    {"activeParameters": "12.9B", "parameters": "46.7B"}, {"activeParameters": "8000M", "parameters": "8B"},
-    {"hiddenSize": 5376, "headDim": 128, "attentionHeads": 32},  # Gemma-3-27B
-    {"hiddenSize": 1024, "headDim": 128, "attentionHeads": 16},  # Qwen3-0.6B
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"kvHeads": 8, "attentionHeads": 32},
+        {"kvHeads": 1, "attentionHeads": 14},
+        {"activeParameters": "12.9B", "parameters": "46.7B"},
+        {"activeParameters": "8000M", "parameters": "8B"},
+        {"hiddenSize": 5376, "headDim": 128, "attentionHeads": 32},  # Gemma-3-27B
+        {"hiddenSize": 1024, "headDim": 128, "attentionHeads": 16},  # Qwen3-0.6B
+    ],
+)
 def test_published_model_shapes_are_admitted(fields: dict[str, Any]) -> None:
     from inference_backend.api.model import Model
 
@@ -174,10 +210,13 @@ def test_an_extended_resource_given_once_sets_request_and_limit(side: str) -> No
         assert r["requests"][key] == r["limits"][key] == value
 
 
-@pytest.mark.parametrize("user", [
-    {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
-    {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}},
-    {"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "2Gi"}},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
+        {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 2}},
+        {"requests": {"hugepages-2Mi": "1Gi"}, "limits": {"hugepages-2Mi": "2Gi"}},
+    ],
+)
 def test_requests_and_limits_that_kubernetes_refuses_are_refused_at_admission(user: dict[str, Any]) -> None:
     _refused({"model": {"modelRef": "m"}, "resources": user}, "resources")

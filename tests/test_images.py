@@ -163,8 +163,14 @@ def test_malformed_values_are_refused_naming_the_value(
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "inference_backend.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "inference_backend.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_operator_refuses_to_start_with_a_malformed_policy() -> None:
@@ -179,8 +185,14 @@ def test_the_operator_refuses_to_start_with_a_malformed_policy() -> None:
 def test_render_takes_the_operators_flags() -> None:
     path = INPUTS / "llamacpp-cpu-draft.yaml"
     root = Path(__file__).resolve().parents[1]
-    inputs = ["-f", str(path), "--nodes", str(root / "docs/examples/nodes/cpu-only.yaml"),
-              "--models", str(root / "docs/examples/models.yaml")]  # fmt: skip
+    inputs = [
+        "-f",
+        str(path),
+        "--nodes",
+        str(root / "docs/examples/nodes/cpu-only.yaml"),
+        "--models",
+        str(root / "docs/examples/models.yaml"),
+    ]
     res = _cli("render", *inputs, "--image-registry", MIRROR, "--image-pull-secrets", "regcred")
     assert res.returncode == 0, res.stderr
     assert f"image: {MIRROR}/ggml-org/llama.cpp:server-" in res.stdout and "- name: regcred" in res.stdout

@@ -24,8 +24,13 @@ def _limits() -> None:
 
 
 def inspect(path: Path, uri: str = "s3://bucket/model") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "inference_backend.cli", "model", "inspect", str(path), "--uri", uri],
-                          preexec_fn=_limits, capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "inference_backend.cli", "model", "inspect", str(path), "--uri", uri],
+        preexec_fn=_limits,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -51,10 +51,18 @@ def _scorable(path: Path, tmp: Path) -> Path:
         lwt = d["spec"]["leaderWorkerTemplate"]
         for role in ("leaderTemplate", "workerTemplate"):
             tpl = lwt[role]
-            out.append({"apiVersion": "apps/v1", "kind": "Deployment",
-                        "metadata": {**d["metadata"], "name": f"{d['metadata']['name']}-{role[:6]}"},
-                        "spec": {"replicas": d["spec"].get("replicas", 1),
-                                 "selector": {"matchLabels": tpl["metadata"]["labels"]}, "template": tpl}})  # fmt: skip
+            out.append(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "metadata": {**d["metadata"], "name": f"{d['metadata']['name']}-{role[:6]}"},
+                    "spec": {
+                        "replicas": d["spec"].get("replicas", 1),
+                        "selector": {"matchLabels": tpl["metadata"]["labels"]},
+                        "template": tpl,
+                    },
+                }
+            )
     target = tmp / path.name
     target.write_text(yaml.safe_dump_all(out))
     return target
@@ -76,8 +84,12 @@ def test_rendered_children_have_no_critical_security_finding(path: Path, tmp_pat
 def test_the_chart_has_no_critical_security_finding(tmp_path: Path) -> None:
     helm = _binary("helm")
     assert helm is not None, "helm is required with kube-score: run e2e/build-binaries"
-    res = subprocess.run([helm, "template", "ib", str(ROOT / "charts/inference-backend"), "--namespace", "ib-system"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    res = subprocess.run(
+        [helm, "template", "ib", str(ROOT / "charts/inference-backend"), "--namespace", "ib-system"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     out = tmp_path / "chart.yaml"
     out.write_text(res.stdout)
     assert [f for f in critical(score([out])) if f[1] not in NOT_RENDERED] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,3 +48,45 @@ def test_the_readme_layer_list_names_every_module() -> None:
     tops |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     control = {p.stem for p in CONTROLLER.glob("*.py") if p.stem != "__init__"}
     assert sorted((tops | control) - named) == []
+
+
+def test_the_formatter_owns_the_layout() -> None:
+    """No line overrules ruff format (a data table that must stay aligned says so with a ``# fmt: off`` block)."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    marked = [
+        f"{path}:{i}"
+        for path in tracked.stdout.split()
+        if (ROOT / path).exists()
+        for i, line in enumerate((ROOT / path).read_text().splitlines(), 1)
+        if line.rstrip().endswith("# fmt: skip")
+    ]
+    assert marked == []
+
+
+LONG_FOR_NOW = {
+    "selection/tree.py:select",
+    "selection/tree.py:_finish",
+    "selection/options.py:engine_options",
+    "engines/vllm.py:container",
+    "engines/tgi.py:container",
+    "engines/llamacpp.py:container",
+}
+"""Over 80 lines, to be split once the work in progress on them (the performance model, LoRA adapters) has landed;
+the list only shrinks."""
+
+
+def test_functions_are_at_most_80_lines() -> None:
+    long = set()
+    for path in PACKAGE.rglob("*.py"):
+        if "runners" in path.relative_to(PACKAGE).parts:
+            continue  # checked in their own environment
+        for node in ast.walk(ast.parse(path.read_text())):
+            lines = (
+                (node.end_lineno or 0) - node.lineno + 1
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                else 0
+            )
+            if lines > 80:
+                long.add(f"{path.relative_to(PACKAGE).as_posix()}:{node.name}")
+    assert long - LONG_FOR_NOW == set(), "a function of more than 80 lines"
+    assert LONG_FOR_NOW - long == set(), "split: take it off LONG_FOR_NOW"

@@ -106,8 +106,11 @@ def test_fit_boundary_is_inclusive() -> None:
 
 def test_status_memory_matches_design_example() -> None:
     # shared/design/api.md shows 8B bf16 on an H100: weights 15.0 GiB, available 72.0 GiB.
-    d = select(spec(model={"modelRef": "llama-3-1-8b"}, hardware={"gpuProducts": ["NVIDIA-H100-80GB-HBM3"]}),
-               cluster(node("h", "h100", 8)), MODELS)  # fmt: skip
+    d = select(
+        spec(model={"modelRef": "llama-3-1-8b"}, hardware={"gpuProducts": ["NVIDIA-H100-80GB-HBM3"]}),
+        cluster(node("h", "h100", 8)),
+        MODELS,
+    )
     assert d.memory is not None
     report = d.memory.to_api()
     assert report.weights_gi_b == 15.0

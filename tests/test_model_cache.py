@@ -18,8 +18,13 @@ from inference_backend.engines.artifacts import cache_key
 from pydantic import ValidationError
 
 L4_NODE = node("l4", "l4", cpu="8", memory="32Gi")
-MODEL = {"uri": "s3://models/qwen/", "parameters": "494M", "dtype": "bfloat16", "format": "safetensors",
-         "contextLength": 4096}  # fmt: skip
+MODEL = {
+    "uri": "s3://models/qwen/",
+    "parameters": "494M",
+    "dtype": "bfloat16",
+    "format": "safetensors",
+    "contextLength": 4096,
+}
 BASE: dict[str, Any] = {
     "apiVersion": "serving.inferencebackend.io/v1alpha1",
     "kind": "InferenceBackend",
@@ -34,17 +39,20 @@ def _ib(cache: Any, **model: Any) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize(("cache", "loc", "message"), [
-    ({}, "spec.model.cache", "set one of pvc, storageClass and hostPath"),
-    ({"pvc": "a", "hostPath": "/x"}, "spec.model.cache", "set one of pvc, storageClass and hostPath"),
-    ({"hostPath": "/x", "size": "1Gi"}, "spec.model.cache", "size applies to model.cache.pvc"),
-    ({"pvc": "Not_A_Name"}, "spec.model.cache.pvc", "pattern"),
-    ({"hostPath": "relative/dir"}, "spec.model.cache.hostPath", "pattern"),
-    ({"hostPath": "/var/../etc"}, "spec.model.cache.hostPath", "pattern"),
-    ({"hostPath": "/"}, "spec.model.cache.hostPath", "pattern"),
-    ({"pvc": "a", "size": "lots"}, "spec.model.cache.size", "quantity"),
-    ({"pvc": "a", "claimName": "a"}, "spec.model.cache.claimName", "Extra inputs"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("cache", "loc", "message"),
+    [
+        ({}, "spec.model.cache", "set one of pvc, storageClass and hostPath"),
+        ({"pvc": "a", "hostPath": "/x"}, "spec.model.cache", "set one of pvc, storageClass and hostPath"),
+        ({"hostPath": "/x", "size": "1Gi"}, "spec.model.cache", "size applies to model.cache.pvc"),
+        ({"pvc": "Not_A_Name"}, "spec.model.cache.pvc", "pattern"),
+        ({"hostPath": "relative/dir"}, "spec.model.cache.hostPath", "pattern"),
+        ({"hostPath": "/var/../etc"}, "spec.model.cache.hostPath", "pattern"),
+        ({"hostPath": "/"}, "spec.model.cache.hostPath", "pattern"),
+        ({"pvc": "a", "size": "lots"}, "spec.model.cache.size", "quantity"),
+        ({"pvc": "a", "claimName": "a"}, "spec.model.cache.claimName", "Extra inputs"),
+    ],
+)
 def test_bad_cache_is_refused_naming_the_field(cache: Any, loc: str, message: str) -> None:
     with pytest.raises(ValidationError) as info:
         InferenceBackend.model_validate(_ib(cache))
@@ -52,8 +60,15 @@ def test_bad_cache_is_refused_naming_the_field(cache: Any, loc: str, message: st
     assert any(".".join(map(str, e["loc"])).startswith(loc) and message in e["msg"] for e in errors), errors
 
 
-@pytest.mark.parametrize("cache", [{"pvc": "model-cache"}, {"pvc": "c", "size": "100Gi"},
-                                   {"hostPath": "/var/lib/models"}, {"hostPath": "/mnt/..models/.x/"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "cache",
+    [
+        {"pvc": "model-cache"},
+        {"pvc": "c", "size": "100Gi"},
+        {"hostPath": "/var/lib/models"},
+        {"hostPath": "/mnt/..models/.x/"},
+    ],
+)
 def test_good_cache_is_admitted(cache: Any) -> None:
     InferenceBackend.model_validate(_ib(cache))
 
@@ -66,16 +81,24 @@ def _render(tmp_path: Path, doc: Any, capsys: pytest.CaptureFixture[str]) -> tup
     return rc, out.out, out.err
 
 
-@pytest.mark.parametrize(("cache", "model", "field", "message"), [
-    ({"pvc": "c", "size": "1Gi"}, {}, "spec.model.cache.size", "cannot hold the weights"),
-    ({"pvc": "c"}, {"uri": "pvc://weights/qwen"}, "spec.model.cache", "already on a volume"),
-    ({"hostPath": "/var/lib/inference-backend"}, {"uri": "oci://registry.example/qwen:1"}, "spec.model.cache",
-     "already on a volume"),
-    ({"hostPath": "/proc"}, {}, "spec.model.cache.hostPath", "not under a node path the operator allows"),
-    ({"hostPath": "/var/lib/inference-backend-x"}, {}, "spec.model.cache.hostPath", "not under a node path"),
-])  # fmt: skip
-def test_render_refuses_what_a_cache_cannot_do(tmp_path: Path, capsys: pytest.CaptureFixture[str], cache: Any,
-                                               model: Any, field: str, message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("cache", "model", "field", "message"),
+    [
+        ({"pvc": "c", "size": "1Gi"}, {}, "spec.model.cache.size", "cannot hold the weights"),
+        ({"pvc": "c"}, {"uri": "pvc://weights/qwen"}, "spec.model.cache", "already on a volume"),
+        (
+            {"hostPath": "/var/lib/inference-backend"},
+            {"uri": "oci://registry.example/qwen:1"},
+            "spec.model.cache",
+            "already on a volume",
+        ),
+        ({"hostPath": "/proc"}, {}, "spec.model.cache.hostPath", "not under a node path the operator allows"),
+        ({"hostPath": "/var/lib/inference-backend-x"}, {}, "spec.model.cache.hostPath", "not under a node path"),
+    ],
+)
+def test_render_refuses_what_a_cache_cannot_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cache: Any, model: Any, field: str, message: str
+) -> None:
     rc, _, err = _render(tmp_path, _ib(cache, **model), capsys)
     assert rc == 2, err
     assert field in err and message in err and "Traceback" not in err
@@ -161,9 +184,15 @@ def test_a_draft_shares_the_targets_cache_in_its_own_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "ib.yaml").write_text(DRAFTED)
-    cpu = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu"},
-           "status": {"allocatable": {"cpu": "32", "memory": "128Gi"},
-                      "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+    cpu = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "cpu"},
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "128Gi"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"kind": "List", "items": [cpu]}))
     rc = main(["render", "-f", str(tmp_path / "ib.yaml"), "--nodes", str(tmp_path / "nodes.yaml")])
     out = capsys.readouterr()

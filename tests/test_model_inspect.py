@@ -29,16 +29,33 @@ from tests.contracts.gguf_models import tiny_vocab, write_tiny_llama_gguf
 TOKENS = [f"tok{i}" for i in range(253)] + ["<s>", "</s>", "<pad>"]  # 256 ids, the last three added tokens
 LLAMA = dict(hidden=64, layers=3, heads=4, kv_heads=2, inter=160, vocab=256)
 LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 256,
-    "max_position_embeddings": 8192, "tie_word_embeddings": False, "dtype": "bfloat16",
-}  # fmt: skip
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 160,
+    "vocab_size": 256,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+    "dtype": "bfloat16",
+}
 MOE = dict(hidden=64, layers=2, heads=8, kv_heads=2, inter=96, vocab=256, experts=8)
 MIXTRAL_CONFIG = {  # the keys of Mixtral-8x7B's config.json, at a tiny size
-    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 256,
-    "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, "dtype": "bfloat16",
-}  # fmt: skip
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 96,
+    "vocab_size": 256,
+    "max_position_embeddings": 32768,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "dtype": "bfloat16",
+}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -217,13 +234,29 @@ def test_an_inspected_model_drives_select(made: dict[str, Path], tmp_path: Path)
     """The printed Model is usable as printed: `select --models` sizes the served model with its facts."""
     models = tmp_path / "models.yaml"
     models.write_text(cli(str(made["mixtral"]), "--uri", "hf://org/mixtral-tiny", "--name", "mix").stdout)
-    ib = {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-          "metadata": {"name": "m"}, "spec": {"model": {"modelRef": "mix"}}}  # fmt: skip
+    ib = {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "m"},
+        "spec": {"model": {"modelRef": "mix"}},
+    }
     (tmp_path / "ib.yaml").write_text(yaml.safe_dump(ib))
     nodes = {"apiVersion": "v1", "kind": "List", "items": [node("cpu-1", cpu="8", memory="32Gi")]}
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump(nodes))
-    cmd = [sys.executable, "-m", "inference_backend.cli", "select", "-f", str(tmp_path / "ib.yaml"),
-           "--nodes", str(tmp_path / "nodes.yaml"), "--models", str(models), "-o", "json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "inference_backend.cli",
+        "select",
+        "-f",
+        str(tmp_path / "ib.yaml"),
+        "--nodes",
+        str(tmp_path / "nodes.yaml"),
+        "--models",
+        str(models),
+        "-o",
+        "json",
+    ]
     out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     active = parse_parameters(tz.parameters_text(moe_active(MIX, 8, 2)))
     assert out["satisfiable"], out["reasons"]
@@ -326,11 +359,17 @@ def test_awq_checkpoint_counts_unpacked_weights(tmp_path: Path) -> None:
     for name in [n for n in shapes if n.endswith("_proj.weight")]:
         out_f, in_f = shapes.pop(name)
         base = name.removesuffix(".weight")
-        shapes |= {base + ".qweight": (in_f, out_f // 8), base + ".qzeros": (in_f // 64, out_f // 8),
-                   base + ".scales": (in_f // 64, out_f)}  # fmt: skip
+        shapes |= {
+            base + ".qweight": (in_f, out_f // 8),
+            base + ".qzeros": (in_f // 64, out_f // 8),
+            base + ".scales": (in_f // 64, out_f),
+        }
         kinds |= {base + ".qweight": "int32", base + ".qzeros": "int32", base + ".scales": "float16"}
-    config = {**LLAMA_CONFIG, "dtype": "float16",
-              "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64}}  # fmt: skip
+    config = {
+        **LLAMA_CONFIG,
+        "dtype": "float16",
+        "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 64},
+    }
     d = art.hf_dir(tmp_path / "awq", config, shapes, dtype="float16", tensor_dtypes=kinds)
     got = inspect(d)
     assert got["parameters"] == tz.parameters_text(expected)
@@ -342,13 +381,22 @@ def test_moe_is_sized_by_total_and_rated_by_active_parameters() -> None:
     from inference_backend.api.model import ModelSpec
 
     total, active = "46.702792704B", "12.879925248B"
-    base = {"uri": "hf://mistralai/Mixtral-8x7B-v0.1", "parameters": total, "dtype": "bfloat16",
-            "layers": 32, "kvHeads": 8, "headDim": 128}  # fmt: skip
+    base = {
+        "uri": "hf://mistralai/Mixtral-8x7B-v0.1",
+        "parameters": total,
+        "dtype": "bfloat16",
+        "layers": 32,
+        "kvHeads": 8,
+        "headDim": 128,
+    }
     nodes = cluster(node("h100", gpu="h100", count=8))
     s = spec(model={"modelRef": "m"}, backend="vllm")
     dense = select(s, nodes, {"m": ModelSpec.model_validate(base)})
-    moe = select(s, nodes, {"m": ModelSpec.model_validate({**base, "activeParameters": active,
-                                                            "experts": 8, "activeExpertsPerToken": 2})})  # fmt: skip
+    moe = select(
+        s,
+        nodes,
+        {"m": ModelSpec.model_validate({**base, "activeParameters": active, "experts": 8, "activeExpertsPerToken": 2})},
+    )
     assert dense.memory == moe.memory  # all experts are loaded
     assert dense.placement == moe.placement
     assert moe.estimate["ttftMillis"] < dense.estimate["ttftMillis"]
@@ -366,8 +414,9 @@ def test_moe_is_sized_by_total_and_rated_by_active_parameters() -> None:
     ],
     ids=["same-hash", "hash-overrides-family-name", "hash-differs", "one-hash-missing"],
 )
-def test_draft_check_compares_vocab_hashes(target: tuple[str, str | None], draft: tuple[str, str | None],
-                                           accepted: bool) -> None:  # fmt: skip
+def test_draft_check_compares_vocab_hashes(
+    target: tuple[str, str | None], draft: tuple[str, str | None], accepted: bool
+) -> None:
     from inference_backend.api.model import ModelSpec
     from inference_backend.selection.model import draft_incompatibility, resolve_draft
 

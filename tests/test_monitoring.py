@@ -136,8 +136,12 @@ def test_service_monitor_needs_the_metrics_service() -> None:
 
 @needs_helm
 def test_every_toggle_renders_its_object_alone_with_the_extra_labels() -> None:
-    for toggle, kind in (("serviceMonitor", "ServiceMonitor"), ("podMonitor", "PodMonitor"),
-                         ("prometheusRule", "PrometheusRule"), ("dashboards", "ConfigMap")):  # fmt: skip
+    for toggle, kind in (
+        ("serviceMonitor", "ServiceMonitor"),
+        ("podMonitor", "PodMonitor"),
+        ("prometheusRule", "PrometheusRule"),
+        ("dashboards", "ConfigMap"),
+    ):
         docs = render(f"monitoring.{toggle}.enabled=true", "monitoring.labels.release=kps")
         new = [d for d in docs if d["kind"] in MONITORING_KINDS | {"ConfigMap"}]
         assert [d["kind"] for d in new] == [kind], toggle
@@ -199,8 +203,9 @@ def test_pod_monitor_selects_every_served_engine_pod_on_its_metrics_port_and_pat
 
 @needs_helm
 def test_pod_monitor_skips_multinode_workers_and_follows_watch_namespaces() -> None:
-    pm = one(render("monitoring.podMonitor.enabled=true", "clusterWide=false", "watchNamespaces={ml,llm}"),
-             "PodMonitor")  # fmt: skip
+    pm = one(
+        render("monitoring.podMonitor.enabled=true", "clusterWide=false", "watchNamespaces={ml,llm}"), "PodMonitor"
+    )
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["ml", "llm"]}
     selector = pm["spec"]["selector"]["matchLabels"]
     for path in sorted((ROOT / "tests/data/output").glob("*.yaml")):
@@ -225,9 +230,13 @@ def test_every_engine_serves_metrics_on_the_api_port_the_pod_monitor_names() -> 
 
 @needs_helm
 def test_dashboards_config_map_carries_every_dashboard_under_the_sidecar_label() -> None:
-    docs = render("monitoring.dashboards.enabled=true", "monitoring.dashboards.label=my_dash",
-                  "monitoring.dashboards.labelValue=yes", "monitoring.dashboards.namespace=grafana",
-                  "monitoring.dashboards.annotations.grafana_folder=Inference")  # fmt: skip
+    docs = render(
+        "monitoring.dashboards.enabled=true",
+        "monitoring.dashboards.label=my_dash",
+        "monitoring.dashboards.labelValue=yes",
+        "monitoring.dashboards.namespace=grafana",
+        "monitoring.dashboards.annotations.grafana_folder=Inference",
+    )
     cm = one(docs, "ConfigMap", "-dashboards")
     assert cm["metadata"]["labels"]["my_dash"] == "yes"
     assert cm["metadata"]["namespace"] == "grafana"
@@ -242,8 +251,9 @@ def test_dashboards_config_map_carries_every_dashboard_under_the_sidecar_label()
 
 
 def test_dashboards_are_generated_from_hack_grafana_dashboards() -> None:
-    res = subprocess.run(["python3", str(ROOT / "hack/grafana_dashboards.py"), "--check"], capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        ["python3", str(ROOT / "hack/grafana_dashboards.py"), "--check"], capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stderr
 
 
@@ -318,8 +328,9 @@ def test_promtool_unit_tests_fire_each_alert_and_keep_it_silent_otherwise(tmp_pa
         assert any(not c["exp_alerts"] for c in checks) and any(c["exp_alerts"] for c in checks)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(groups))
     shutil.copy(PROMTOOL_TESTS, tmp_path / PROMTOOL_TESTS.name)
-    res = subprocess.run([PROMTOOL, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [PROMTOOL, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -332,8 +343,9 @@ def test_promtool_unit_tests_fail_when_an_alert_is_broken(tmp_path: Path) -> Non
         yaml.safe_dump(rendered_rules("--set-json=monitoring.prometheusRule.alerts.kvCacheNearFull.usage=0.99"))
     )
     shutil.copy(PROMTOOL_TESTS, tmp_path / PROMTOOL_TESTS.name)
-    res = subprocess.run([PROMTOOL, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True,
-                         text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [PROMTOOL, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
     assert res.returncode != 0
     assert "InferenceBackendKVCacheNearFull" in res.stdout + res.stderr
 

@@ -25,9 +25,15 @@ from lightkube.core.exceptions import ApiError
 H100 = ("nvidia.com/gpu", (("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),))
 """The pool of GFD-labelled H100s (facts/pools.py: resource, identifying label)."""
 REGISTRY = dict(MODELS) | {
-    "llama-3-1-405b": ModelSpec.model_validate({"uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
-                                                "parameters": "405B", "dtype": "bfloat16", "contextLength": 8192}),
-}  # fmt: skip
+    "llama-3-1-405b": ModelSpec.model_validate(
+        {
+            "uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
+            "parameters": "405B",
+            "dtype": "bfloat16",
+            "contextLength": 8192,
+        }
+    ),
+}
 BIG = {"model": {"modelRef": "llama-3-1-405b"}}
 SMALL = {"model": {"modelRef": "llama-3-1-8b"}}
 
@@ -39,11 +45,18 @@ def _not_found(namespace: str, name: str, as_json: bool = False) -> Exception:
     url = f"https://127.0.0.1/apis/leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets/{name}"
     request = httpx.Request("PATCH", url)
     if as_json:
-        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
-                "message": "the server could not find the requested resource"}  # fmt: skip
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": "NotFound",
+            "code": 404,
+            "message": "the server could not find the requested resource",
+        }
         return ApiError(request=request, response=httpx.Response(404, json=body, request=request))
-    response = httpx.Response(404, text="404 page not found\n", request=request,
-                              headers={"Content-Type": "text/plain; charset=utf-8"})  # fmt: skip
+    response = httpx.Response(
+        404, text="404 page not found\n", request=request, headers={"Content-Type": "text/plain; charset=utf-8"}
+    )
     try:
         response.raise_for_status()
     except httpx.HTTPStatusError as exc:
@@ -59,8 +72,9 @@ def h100s(n: int) -> list[dict[str, Any]]:
     return [node(f"h100-{i}", "h100", 8, cpu="192", memory="1900Gi") for i in range(n)]
 
 
-def world(children: dict[tuple[str, str, str], Child] | None = None, ledger: GpuLedger | None = None,
-          nodes: int = 2) -> World:  # fmt: skip
+def world(
+    children: dict[tuple[str, str, str], Child] | None = None, ledger: GpuLedger | None = None, nodes: int = 2
+) -> World:
     return World(group_nodes(h100s(nodes)), {"ns": list(REGISTRY.items())}, children or {}, ledger=ledger)
 
 
@@ -103,8 +117,13 @@ def test_ready_rolls_up_the_leaderworkerset_status() -> None:
     first = run(body(BIG), world(), rec)
     children = {("ns", o["metadata"]["name"], o["kind"]): child(o) for o in rec.applied}
     lws_key = ("ns", "big-lws", "LeaderWorkerSet")
-    children[lws_key] = child(rec.applied[0], {"readyReplicas": 0, "conditions": [
-        {"type": "Available", "status": "False"}, {"type": "Progressing", "status": "True"}]})  # fmt: skip
+    children[lws_key] = child(
+        rec.applied[0],
+        {
+            "readyReplicas": 0,
+            "conditions": [{"type": "Available", "status": "False"}, {"type": "Progressing", "status": "True"}],
+        },
+    )
     out = run(body(BIG, first.status), world(children), FakeWriter())
     assert out.status["phase"] == "Deploying" and out.status["ready"] == "0/1"
     children[lws_key] = child(rec.applied[0], available())
@@ -141,8 +160,10 @@ def _deployed(spec: dict[str, Any], nodes: int) -> tuple[dict[str, Any], dict[tu
     rec = FakeWriter()
     out = run(body(spec), world(nodes=nodes), rec)
     workload = rec.applied[0]["kind"]
-    children = {("ns", o["metadata"]["name"], o["kind"]): child(o, available() if o["kind"] == workload else None)
-                for o in rec.applied}  # fmt: skip
+    children = {
+        ("ns", o["metadata"]["name"], o["kind"]): child(o, available() if o["kind"] == workload else None)
+        for o in rec.applied
+    }
     return out.status, children
 
 

@@ -38,8 +38,18 @@ _label = st.text(string.ascii_lowercase + string.digits + "-", min_size=1, max_s
 )
 subdomains = st.lists(_label, min_size=1, max_size=8).map(".".join).filter(lambda s: len(s) <= MAX_NAME)
 
-AWKWARD = ["llama.chat", "1abc", "qwen2.5-7b-instruct", "a" * 63, "a" * 64, "b" * MAX_NAME, "9", "0.0",
-           "x." * 100 + "y", "llama-chat"]  # fmt: skip
+AWKWARD = [
+    "llama.chat",
+    "1abc",
+    "qwen2.5-7b-instruct",
+    "a" * 63,
+    "a" * 64,
+    "b" * MAX_NAME,
+    "9",
+    "0.0",
+    "x." * 100 + "y",
+    "llama-chat",
+]
 
 
 @pytest.mark.parametrize("name", AWKWARD)

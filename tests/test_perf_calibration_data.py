@@ -17,17 +17,53 @@ DIR = Path(__file__).parent / "data" / "perf-calibration"
 CSV = DIR / "published.csv"
 README = DIR / "README.md"
 
-COLUMNS = ["id", "engine", "engine_version", "gpu", "gpu_count", "tp", "pp", "replicas", "model", "parameters",
-           "active_parameters", "dtype", "quantization", "kv_dtype", "concurrency", "request_rate", "prompt_tokens",
-           "output_tokens", "ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "output_tokens_per_s", "total_tokens_per_s",
-           "source_url", "source_location", "source_date", "notes", "holdout"]  # fmt: skip
+COLUMNS = [
+    "id",
+    "engine",
+    "engine_version",
+    "gpu",
+    "gpu_count",
+    "tp",
+    "pp",
+    "replicas",
+    "model",
+    "parameters",
+    "active_parameters",
+    "dtype",
+    "quantization",
+    "kv_dtype",
+    "concurrency",
+    "request_rate",
+    "prompt_tokens",
+    "output_tokens",
+    "ttft_ms_p50",
+    "ttft_ms_p95",
+    "tpot_ms_p50",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+    "source_url",
+    "source_location",
+    "source_date",
+    "notes",
+    "holdout",
+]
 ENGINES = {"vllm", "sglang", "tgi", "llamacpp", "onnxruntime", "pytorch"}
 FLOAT_DTYPES = {"fp32", "fp16", "bf16"}
 QUANT_DTYPES = {"fp8", "int8", "int4", "mxfp4"}
 KV_DTYPES = {"", "fp32", "fp16", "bf16", "fp8", "q8_0", "q4_0"}
 INTEGERS = ["gpu_count", "tp", "pp", "replicas", "concurrency"]
-POSITIVE = ["parameters", "active_parameters", "request_rate", "prompt_tokens", "output_tokens", "ttft_ms_p50",
-            "ttft_ms_p95", "tpot_ms_p50", "output_tokens_per_s", "total_tokens_per_s"]  # fmt: skip
+POSITIVE = [
+    "parameters",
+    "active_parameters",
+    "request_rate",
+    "prompt_tokens",
+    "output_tokens",
+    "ttft_ms_p50",
+    "ttft_ms_p95",
+    "tpot_ms_p50",
+    "output_tokens_per_s",
+    "total_tokens_per_s",
+]
 METRICS = ["ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "output_tokens_per_s", "total_tokens_per_s"]
 ID = re.compile(r"^[a-z0-9]+(-[a-z0-9.]+)+$")
 DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")

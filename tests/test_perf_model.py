@@ -53,8 +53,11 @@ def test_70b_on_h100_at_a_published_saturated_load_plans_the_gpus_the_throughput
     row = next(r for r in perf_model.load_rows() if r["id"] == "sglang060-vllm-h100x4-llama31-70b-sharegpt-offline")
     published = float(row["output_tokens_per_s"])
     implied = 10 * int(row["tp"])
-    objectives = {"tokensPerSecond": int(10 * published), "promptTokens": 220,
-                  "outputTokens": round(float(row["output_tokens"]))}  # fmt: skip
+    objectives = {
+        "tokensPerSecond": int(10 * published),
+        "promptTokens": 220,
+        "outputTokens": round(float(row["output_tokens"])),
+    }
     s = spec(model={"modelRef": "llama-3-1-70b"}, backend="vllm", replicas=1, objectives=objectives)
     d = select(s, cluster(node("h100-a", "h100", 8, cpu="192", memory="1900Gi")), MODELS)
     assert d.placement is not None and d.plan is not None

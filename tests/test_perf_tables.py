@@ -53,8 +53,10 @@ def test_the_operator_imports_no_dataframe_or_scientific_stack() -> None:
             assert f"import {mod}" not in text and f"from {mod}" not in text, (path, mod)
 
 
-@pytest.mark.skipif(not (VENV / ".complete").exists(), reason=f"no aiconfigurator venv at {VENV} "
-                    "(hack/aiconfigurator-venv builds it; .ci/run does)")  # fmt: skip
+@pytest.mark.skipif(
+    not (VENV / ".complete").exists(),
+    reason=f"no aiconfigurator venv at {VENV} (hack/aiconfigurator-venv builds it; .ci/run does)",
+)
 def test_aiconfigurator_gives_the_tables_numbers_again() -> None:
     """Three points of the module (the first and last of the first table, one of the last table) estimated again by
     aiconfigurator in its venv: TTFT and TPOT within 1% of the module's."""
@@ -63,15 +65,35 @@ def test_aiconfigurator_gives_the_tables_numbers_again() -> None:
     for key, which in ((keys[0], 0), (keys[0], -1), (keys[-1], len(perf_tables.TABLES[keys[-1]]["points"]) // 2)):  # type: ignore[arg-type]
         backend, system, model, dtype, tp = key.split("|")
         isl, batch, ttft, tpot, _ = perf_tables.TABLES[key]["points"][which]  # type: ignore[index]
-        sample.append(({"backend": backend, "system": system, "model": model, "dtype": dtype, "tp": int(tp),
-                        "isl": isl, "osl": perf_tables.OSL, "batch": batch}, ttft, tpot))  # fmt: skip
+        sample.append(
+            (
+                {
+                    "backend": backend,
+                    "system": system,
+                    "model": model,
+                    "dtype": dtype,
+                    "tp": int(tp),
+                    "isl": isl,
+                    "osl": perf_tables.OSL,
+                    "batch": batch,
+                },
+                ttft,
+                tpot,
+            )
+        )
     code = (
         "import json, sys, logging, runpy; logging.disable(logging.WARNING); "
         "g = runpy.run_path('hack/perf_tables.py'); "
         "print(json.dumps([g['estimate_point'](p) for p in json.loads(sys.argv[1])]))"
     )
-    out = subprocess.run([str(VENV / "bin" / "python"), "-c", code, json.dumps([p for p, _, _ in sample])],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+    out = subprocess.run(
+        [str(VENV / "bin" / "python"), "-c", code, json.dumps([p for p, _, _ in sample])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     again = json.loads(out.stdout.strip().splitlines()[-1])
     for (point, ttft, tpot), got in zip(sample, again, strict=True):
         assert "error" not in got, got

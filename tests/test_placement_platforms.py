@@ -34,9 +34,14 @@ def decide(raw: Json, items: list[Json]) -> Decision:
 
 def rendered(raw: Json, d: Decision) -> tuple[Json, dict[str, Json]]:
     """The pod template's spec and the rendered ResourceClaimTemplates by name."""
-    ib = InferenceBackend.model_validate({"apiVersion": "serving.inferencebackend.io/v1alpha1",
-                                          "kind": "InferenceBackend", "metadata": {"name": "x", "namespace": "ml"},
-                                          "spec": raw})  # fmt: skip
+    ib = InferenceBackend.model_validate(
+        {
+            "apiVersion": "serving.inferencebackend.io/v1alpha1",
+            "kind": "InferenceBackend",
+            "metadata": {"name": "x", "namespace": "ml"},
+            "spec": raw,
+        }
+    )
     objects = render_result(ib, d).objects
     workload = next(o for o in objects if o["kind"] in ("Deployment", "LeaderWorkerSet"))
     tpl = workload["spec"].get("template") or workload["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
@@ -52,43 +57,144 @@ def lands(raw: Json, d: Decision, node: Json, items: list[Json]) -> list[str]:
 
 # (id, spec, nodes, index of the node the pod must land on, indices it must not, engine, what the reasons say)
 PLACED = [
-    ("gke-a3-70b-with-cache-pvc", {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "weights"}}},
-     [P.gke_a3("a3-1")], 0, [], "vllm", "4x NVIDIA-H100-80GB-HBM3"),
-    ("gke-a3-8b-downloads-15GiB-into-95GiB", {"model": {"modelRef": "llama-3-1-8b"}},
-     [P.gke_a3("a3-1")], 0, [], "vllm", "1x NVIDIA-H100-80GB-HBM3"),
-    ("gke-a4x-gb200-arm64-vllm-multiarch-image", {"model": {"modelRef": "llama-3-1-8b"}},
-     [P.gke_a4x("a4x-1")], 0, [], "vllm", "nodeSelector kubernetes.io/arch=arm64"),
+    (
+        "gke-a3-70b-with-cache-pvc",
+        {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "weights"}}},
+        [P.gke_a3("a3-1")],
+        0,
+        [],
+        "vllm",
+        "4x NVIDIA-H100-80GB-HBM3",
+    ),
+    (
+        "gke-a3-8b-downloads-15GiB-into-95GiB",
+        {"model": {"modelRef": "llama-3-1-8b"}},
+        [P.gke_a3("a3-1")],
+        0,
+        [],
+        "vllm",
+        "1x NVIDIA-H100-80GB-HBM3",
+    ),
+    (
+        "gke-a4x-gb200-arm64-vllm-multiarch-image",
+        {"model": {"modelRef": "llama-3-1-8b"}},
+        [P.gke_a4x("a4x-1")],
+        0,
+        [],
+        "vllm",
+        "nodeSelector kubernetes.io/arch=arm64",
+    ),
     ("gke-c4a-arm64-cpu-onnx", {"model": ONNX}, [P.gke_c4a("c4a-1")], 0, [], "onnxruntime", "GKE's Arm nodes"),
     ("gke-c4a-arm64-cpu-gguf", {"model": GGUF}, [P.gke_c4a("c4a-1")], 0, [], "llamacpp", "arm64"),
-    ("eks-graviton-g5g-t4g-arm64", {"model": {"modelRef": "qwen-0-5b"}}, [P.eks_g5g("g5g-1")], 0, [], "vllm",
-     "NVIDIA-T4G"),
-    ("eks-mixed-cpu-pins-amd64-or-arm64", {"model": ONNX}, [P.eks_graviton_cpu("m7g-1"), P.eks_intel_cpu("m7i-1")],
-     None, [], "onnxruntime", "mix amd64 and arm64"),
-    ("eks-p5en-70b-with-cache", {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "weights"}}},
-     [P.eks_p5en("p5en-1")], 0, [], "vllm", "NVIDIA-H200"),
-    ("aks-nc24-a100-tolerated", {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"tolerations": AKS_TOLERATION}},
-     [P.aks_nc24_a100("aks-1")], 0, [], "vllm", "NVIDIA-A100-80GB-PCIe"),
-    ("openshift-l40s-gfd", {"model": {"modelRef": "llama-3-1-8b"}}, [P.openshift_l40s("ocp-1")], 0, [], "vllm",
-     "NVIDIA-L40S"),
-    ("time-sliced-l4-share-0.5b", {"model": {"modelRef": "qwen-0-5b"}}, [P.shared_l4("l4-1", 4)], 0, [], "vllm",
-     "5758 MiB"),
-    ("mps-l4-share-renamed-resource", {"model": {"modelRef": "qwen-0-5b"}},
-     [P.shared_l4("l4-1", 2, "mps", renamed=True)], 0, [], "vllm", "MPS control daemon"),
+    (
+        "eks-graviton-g5g-t4g-arm64",
+        {"model": {"modelRef": "qwen-0-5b"}},
+        [P.eks_g5g("g5g-1")],
+        0,
+        [],
+        "vllm",
+        "NVIDIA-T4G",
+    ),
+    (
+        "eks-mixed-cpu-pins-amd64-or-arm64",
+        {"model": ONNX},
+        [P.eks_graviton_cpu("m7g-1"), P.eks_intel_cpu("m7i-1")],
+        None,
+        [],
+        "onnxruntime",
+        "mix amd64 and arm64",
+    ),
+    (
+        "eks-p5en-70b-with-cache",
+        {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "weights"}}},
+        [P.eks_p5en("p5en-1")],
+        0,
+        [],
+        "vllm",
+        "NVIDIA-H200",
+    ),
+    (
+        "aks-nc24-a100-tolerated",
+        {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"tolerations": AKS_TOLERATION}},
+        [P.aks_nc24_a100("aks-1")],
+        0,
+        [],
+        "vllm",
+        "NVIDIA-A100-80GB-PCIe",
+    ),
+    (
+        "openshift-l40s-gfd",
+        {"model": {"modelRef": "llama-3-1-8b"}},
+        [P.openshift_l40s("ocp-1")],
+        0,
+        [],
+        "vllm",
+        "NVIDIA-L40S",
+    ),
+    (
+        "time-sliced-l4-share-0.5b",
+        {"model": {"modelRef": "qwen-0-5b"}},
+        [P.shared_l4("l4-1", 4)],
+        0,
+        [],
+        "vllm",
+        "5758 MiB",
+    ),
+    (
+        "mps-l4-share-renamed-resource",
+        {"model": {"modelRef": "qwen-0-5b"}},
+        [P.shared_l4("l4-1", 2, "mps", renamed=True)],
+        0,
+        [],
+        "vllm",
+        "MPS control daemon",
+    ),
     ("mig-3g40gb-8b", {"model": {"modelRef": "llama-3-1-8b"}}, [P.mig_a100("mig-1")], 0, [], "vllm", "MIG"),
-    ("dra-only-h100-8b", {"model": {"modelRef": "llama-3-1-8b"}}, [P.dra_node("dra-1"), P.nvidia_slice("dra-1")],
-     0, [], "vllm", "DRA devices of gpu.nvidia.com"),
-    ("dra-only-h100-70b-tp4", {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "w"}}},
-     [P.dra_node("dra-1"), P.nvidia_slice("dra-1")], 0, [], "vllm", "4x NVIDIA H100 80GB HBM3"),
-    ("half-cpu-node-excluded", {"model": GGUF}, [P.eks_intel_cpu("big"), {**P.eks_intel_cpu("tiny"), "status": {
-        "allocatable": {"cpu": "500m", "memory": "57Gi", "ephemeral-storage": "89Gi", "pods": "110"},
-        "conditions": [{"type": "Ready", "status": "True"}]}}], 0, [1], "llamacpp", "CPU"),
-]  # fmt: skip
+    (
+        "dra-only-h100-8b",
+        {"model": {"modelRef": "llama-3-1-8b"}},
+        [P.dra_node("dra-1"), P.nvidia_slice("dra-1")],
+        0,
+        [],
+        "vllm",
+        "DRA devices of gpu.nvidia.com",
+    ),
+    (
+        "dra-only-h100-70b-tp4",
+        {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "w"}}},
+        [P.dra_node("dra-1"), P.nvidia_slice("dra-1")],
+        0,
+        [],
+        "vllm",
+        "4x NVIDIA H100 80GB HBM3",
+    ),
+    (
+        "half-cpu-node-excluded",
+        {"model": GGUF},
+        [
+            P.eks_intel_cpu("big"),
+            {
+                **P.eks_intel_cpu("tiny"),
+                "status": {
+                    "allocatable": {"cpu": "500m", "memory": "57Gi", "ephemeral-storage": "89Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            },
+        ],
+        0,
+        [1],
+        "llamacpp",
+        "CPU",
+    ),
+]
 
 
-@pytest.mark.parametrize(("raw", "items", "on", "off", "engine", "says"),
-                         [pytest.param(*case[1:], id=case[0]) for case in PLACED])  # fmt: skip
-def test_placed_and_the_pod_lands_on_its_node(raw: Json, items: list[Json], on: int | None, off: list[int],
-                                              engine: str, says: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("raw", "items", "on", "off", "engine", "says"), [pytest.param(*case[1:], id=case[0]) for case in PLACED]
+)
+def test_placed_and_the_pod_lands_on_its_node(
+    raw: Json, items: list[Json], on: int | None, off: list[int], engine: str, says: str
+) -> None:
     d = decide(raw, items)
     assert d.backend == engine, d.reasons
     assert any(says in r for r in d.reasons), d.reasons
@@ -126,8 +232,15 @@ def test_70b_on_a3_with_cache_requests_no_weights_disk() -> None:
 
 def test_8b_emptydir_request_is_the_figure_checked_against_the_node() -> None:
     raw = {"model": {"modelRef": "llama-3-1-8b"}}
-    items = [{**P.gke_a3("a3-small"), "status": {**P.gke_a3("x")["status"], "allocatable": {
-        **P.gke_a3("x")["status"]["allocatable"], "ephemeral-storage": "17Gi"}}}]  # fmt: skip
+    items = [
+        {
+            **P.gke_a3("a3-small"),
+            "status": {
+                **P.gke_a3("x")["status"],
+                "allocatable": {**P.gke_a3("x")["status"]["allocatable"], "ephemeral-storage": "17Gi"},
+            },
+        }
+    ]
     d = decide(raw, items)  # 8.03B bf16 = 15.0 GiB: 15.0 x 1.1 + 1 -> 18 GiB > 17 GiB
     assert d.backend is None and "needs 18.0 GiB of ephemeral-storage" in d.reasons[-1]
     items[0]["status"]["allocatable"]["ephemeral-storage"] = "18Gi"
@@ -148,7 +261,8 @@ def test_arm64_cpu_only_onnx_gets_the_arm64_toleration_and_selector_gke_adds() -
     pod, _ = rendered({"model": ONNX}, d)
     assert pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
     assert {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"} in pod[
-        "tolerations"]  # fmt: skip
+        "tolerations"
+    ]
 
 
 def test_onnx_gpu_on_arm64_is_refused_naming_the_missing_cuda_arm64_wheels() -> None:
@@ -190,8 +304,10 @@ def test_dra_pod_claims_devices_through_a_template_not_an_extended_resource() ->
     assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "x-gpus"}]
     request = claims["x-gpus"]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert request["deviceClassName"] == "gpu.nvidia.com" and request["count"] == 4
-    assert 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"' in request["selectors"][0][
-        "cel"]["expression"]  # fmt: skip
+    assert (
+        'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"'
+        in request["selectors"][0]["cel"]["expression"]
+    )
     assert "nodeSelector" not in pod and all(t.get("key") != "nvidia.com/gpu" for t in pod.get("tolerations", []))
 
 
@@ -201,8 +317,10 @@ def test_dra_capacity_is_counted_per_device_and_a_stale_generation_is_ignored() 
     classes = group_nodes([P.dra_node("dra-1"), old, new])
     (cls,) = classes
     assert [g.count for g in cls.gpus] == [2]
-    d = decide({"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "w"}}, "hardware": {"accelerator": "gpu"}},
-               [P.dra_node("dra-1"), old, new])  # fmt: skip
+    d = decide(
+        {"model": {"modelRef": "llama-3-1-70b", "cache": {"pvc": "w"}}, "hardware": {"accelerator": "gpu"}},
+        [P.dra_node("dra-1"), old, new],
+    )
     assert d.backend is None or (d.placement is not None and d.placement.gpus_per_replica <= 2)
 
 
@@ -213,14 +331,27 @@ def test_duplicate_node_names_count_once() -> None:
 
 def test_cli_refuses_a_node_list_naming_a_node_twice(tmp_path: Path) -> None:
     nodes = tmp_path / "nodes.yaml"
-    nodes.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
-                                     "items": [P.gke_a3("a3-1"), P.gke_a3("a3-2"), P.gke_a3("a3-1")]}))  # fmt: skip
+    nodes.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "List", "items": [P.gke_a3("a3-1"), P.gke_a3("a3-2"), P.gke_a3("a3-1")]}
+        )
+    )
     ib = tmp_path / "ib.yaml"
-    ib.write_text(yaml.safe_dump({"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-                                  "metadata": {"name": "x"}, "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B",
-                                  "parameters": "8B"}}}))  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "inference_backend.cli", "select", "-f", str(ib), "--nodes",
-                          str(nodes)], capture_output=True, text=True)  # fmt: skip
+    ib.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "serving.inferencebackend.io/v1alpha1",
+                "kind": "InferenceBackend",
+                "metadata": {"name": "x"},
+                "spec": {"model": {"uri": "hf://meta-llama/Llama-3.1-8B", "parameters": "8B"}},
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "inference_backend.cli", "select", "-f", str(ib), "--nodes", str(nodes)],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2, out
     assert "a3-1" in out.stderr and "twice" in out.stderr
 
@@ -239,14 +370,22 @@ def test_storage_class_cache_creates_one_claim_sized_from_the_weights(replicas: 
     raw = {"replicas": replicas, "model": {"modelRef": "llama-3-1-70b", "cache": {"storageClass": "filestore"}}}
     d = decide(raw, [P.gke_a3("a3-1"), P.gke_a3("a3-2")])
     assert d.backend == "vllm"  # placed: the weights go to the claim, not to the 95 GiB boot disk
-    ib = InferenceBackend.model_validate({"apiVersion": "serving.inferencebackend.io/v1alpha1",
-                                          "kind": "InferenceBackend", "metadata": {"name": "llama", "namespace": "ml"},
-                                          "spec": raw})  # fmt: skip
+    ib = InferenceBackend.model_validate(
+        {
+            "apiVersion": "serving.inferencebackend.io/v1alpha1",
+            "kind": "InferenceBackend",
+            "metadata": {"name": "llama", "namespace": "ml"},
+            "spec": raw,
+        }
+    )
     objects = render_result(ib, d).objects
     claims = [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
     assert [c["metadata"]["name"] for c in claims] == ["llama-weights"]
-    assert claims[0]["spec"] == {"accessModes": [mode], "storageClassName": "filestore",
-                                 "resources": {"requests": {"storage": "146Gi"}}}  # fmt: skip
+    assert claims[0]["spec"] == {
+        "accessModes": [mode],
+        "storageClassName": "filestore",
+        "resources": {"requests": {"storage": "146Gi"}},
+    }
     pod = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"]
     assert {"name": "weights-cache", "persistentVolumeClaim": {"claimName": "llama-weights"}} in pod["volumes"]
     assert pod["initContainers"][0]["command"][:2] == ["inference-backend", "fetch"]

@@ -24,16 +24,30 @@ L4 = node("l4-a", "l4", 1)
 REGISTRY: dict[str, ModelSpec] = dict(MODELS) | {
     name: ModelSpec.model_validate(body)
     for name, body in {
-        "qwen2-5-7b": {"uri": "hf://Qwen/Qwen2.5-7B-Instruct", "parameters": "7.6B", "dtype": "bfloat16",
-                       "contextLength": 32768},
-        "llama-3-1-405b": {"uri": "hf://meta-llama/Llama-3.1-405B-Instruct", "parameters": "405B",
-                           "dtype": "bfloat16", "contextLength": 8192},
-        "mistral-7b-gguf": {"uri": "hf://x/Mistral-7B-Instruct-v0.3-GGUF/Mistral-7B-Instruct-v0.3.Q4_K_M.gguf",
-                            "parameters": "7.25B", "contextLength": 32768},
-        "llama-2-7b-gguf": {"uri": "hf://x/Llama-2-7B-GGUF/llama-2-7b.Q4_K_M.gguf", "parameters": "6.74B",
-                            "contextLength": 32768},
+        "qwen2-5-7b": {
+            "uri": "hf://Qwen/Qwen2.5-7B-Instruct",
+            "parameters": "7.6B",
+            "dtype": "bfloat16",
+            "contextLength": 32768,
+        },
+        "llama-3-1-405b": {
+            "uri": "hf://meta-llama/Llama-3.1-405B-Instruct",
+            "parameters": "405B",
+            "dtype": "bfloat16",
+            "contextLength": 8192,
+        },
+        "mistral-7b-gguf": {
+            "uri": "hf://x/Mistral-7B-Instruct-v0.3-GGUF/Mistral-7B-Instruct-v0.3.Q4_K_M.gguf",
+            "parameters": "7.25B",
+            "contextLength": 32768,
+        },
+        "llama-2-7b-gguf": {
+            "uri": "hf://x/Llama-2-7B-GGUF/llama-2-7b.Q4_K_M.gguf",
+            "parameters": "6.74B",
+            "contextLength": 32768,
+        },
     }.items()
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -55,74 +69,160 @@ def m(**kw: Any) -> dict[str, Any]:
 CASES = [
     # KV per token 2 x 32 layers x 8 KV heads x 128 x 2 B = 128 KiB; a 768-token request (512 + 256) = 96 MiB;
     # TP=1 leaves 71.7 - 15.0 - 2.25 = 54.5 GiB of KV = 581 requests >= 128: one GPU, not four.
-    Case("8b-c128-h100-tp1-54.5GiB-kv-holds-581-requests-of-768-tokens", m(model=m(modelRef="llama-3-1-8b"),
-         objectives=m(concurrency=128)), [H100x8], "vllm", 1, 1, ("one replica holds 581 requests of 768 tokens",)),
+    Case(
+        "8b-c128-h100-tp1-54.5GiB-kv-holds-581-requests-of-768-tokens",
+        m(model=m(modelRef="llama-3-1-8b"), objectives=m(concurrency=128)),
+        [H100x8],
+        "vllm",
+        1,
+        1,
+        ("one replica holds 581 requests of 768 tokens",),
+    ),
     # 2000 concurrent requests: ceil(2000 / 581) = 4 replicas of TP=1; TP=2 holds 1329 (2 replicas) and TP=4 2826
     # (1 replica): 4 GPUs each, so the fewest GPUs per replica wins; TP=8 would take 8.
-    Case("8b-c2000-h100-tp1-x-ceil(2000/581)=4-replicas", m(model=m(modelRef="llama-3-1-8b"),
-         objectives=m(concurrency=2000)), [H100x8], "vllm", 1, 4,
-         ("concurrency 2000 / 581 requests per replica (what its KV cache holds at this length) = 4", "set it to 4")),
+    Case(
+        "8b-c2000-h100-tp1-x-ceil(2000/581)=4-replicas",
+        m(model=m(modelRef="llama-3-1-8b"), objectives=m(concurrency=2000)),
+        [H100x8],
+        "vllm",
+        1,
+        4,
+        ("concurrency 2000 / 581 requests per replica (what its KV cache holds at this length) = 4", "set it to 4"),
+    ),
     # longer requests: 4096 + 1024 tokens = 640 MiB each: 54.5 GiB / 640 MiB = 87 requests < 128 -> 2 replicas
-    Case("8b-c128-prompt4096-output1024-h100-tp1-87-requests-2-replicas", m(model=m(modelRef="llama-3-1-8b"),
-         objectives=m(concurrency=128, promptTokens=4096, outputTokens=1024)), [H100x8], "vllm", 1, 2,
-         ("87 requests of 5120 tokens (promptTokens 4096 + outputTokens 1024;",)),
+    Case(
+        "8b-c128-prompt4096-output1024-h100-tp1-87-requests-2-replicas",
+        m(model=m(modelRef="llama-3-1-8b"), objectives=m(concurrency=128, promptTokens=4096, outputTokens=1024)),
+        [H100x8],
+        "vllm",
+        1,
+        2,
+        ("87 requests of 5120 tokens (promptTokens 4096 + outputTokens 1024;",),
+    ),
     # Qwen2.5-7B: 28 attention heads, 4 KV heads (architecture table, by the uri): TP=8 never (28 % 8 = 4)
-    Case("qwen2.5-7b-c200-h100x8-tp1-28-heads-never-tp8", m(model=m(modelRef="qwen2-5-7b"),
-         objectives=m(concurrency=200)), [H100x8], "vllm", 1, 1,
-         ("from the architecture table (Qwen2.5-7B, named by the uri", "28 attention heads, 4 KV heads")),
+    Case(
+        "qwen2.5-7b-c200-h100x8-tp1-28-heads-never-tp8",
+        m(model=m(modelRef="qwen2-5-7b"), objectives=m(concurrency=200)),
+        [H100x8],
+        "vllm",
+        1,
+        1,
+        ("from the architecture table (Qwen2.5-7B, named by the uri", "28 attention heads, 4 KV heads"),
+    ),
     # 70B on a node with 7 allocatable H100s: TP=4 (a power of two <= 7), not unsatisfiable
     Case("70b-on-7-allocatable-h100-tp4-fits-4x71.7GiB", m(model=m(modelRef="llama-3-1-70b")), [H100x7], "vllm", 4),
     # host: 4 CPUs per GPU and 15 + 8 GiB wanted; a g6.xlarge allocates 4 CPUs / 16 GiB: 90% = 3.6 CPUs, 14 GiB
-    Case("8b-on-4vcpu-16GiB-l4-host-scaled-to-3.6cpu-14GiB", m(model=m(modelRef="llama-3-1-8b")), [L4_SMALL], "vllm",
-         1, reasons=("host request scaled down to fit the NVIDIA-L4 nodes' allocatable (4 CPUs, 16.0 GiB",
-                     "3.6 CPUs instead of 4", "14.0 GiB host memory instead of 23.0 GiB")),
+    Case(
+        "8b-on-4vcpu-16GiB-l4-host-scaled-to-3.6cpu-14GiB",
+        m(model=m(modelRef="llama-3-1-8b")),
+        [L4_SMALL],
+        "vllm",
+        1,
+        reasons=(
+            "host request scaled down to fit the NVIDIA-L4 nodes' allocatable (4 CPUs, 16.0 GiB",
+            "3.6 CPUs instead of 4",
+            "14.0 GiB host memory instead of 23.0 GiB",
+        ),
+    ),
     # 2 CPUs / 4 GiB: 90% = 3 GiB < the 4 GiB an engine process needs: refused with the numbers
-    Case("8b-on-2vcpu-4GiB-l4-refused-3GiB-below-4GiB", m(model=m(modelRef="llama-3-1-8b")), [L4_TINY], None,
-         rejected={"vllm": "allocate 2 CPUs and 4.0 GiB: 90% of that is below the 1 CPU(s) and 4.0 GiB"}),
+    Case(
+        "8b-on-2vcpu-4GiB-l4-refused-3GiB-below-4GiB",
+        m(model=m(modelRef="llama-3-1-8b")),
+        [L4_TINY],
+        None,
+        rejected={"vllm": "allocate 2 CPUs and 4.0 GiB: 90% of that is below the 1 CPU(s) and 4.0 GiB"},
+    ),
     # 405B bf16 = 754.4 GiB + 24 + 37.7 overhead (16 GPUs) + 3.9 for one 8192-token sequence = 820 GiB > 573.5 GiB
     # of one 8xH100 node: 2 nodes x 8 (TP 8 in each node, PP 2 across), placed on the two nodes there are
-    Case("405b-bf16-on-two-8xh100-tp8-x-pp2-820GiB-over-2x573.5GiB", m(model=m(modelRef="llama-3-1-405b")),
-         [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")], "vllm", 8,
-         reasons=("chosen: vllm on 2 nodes x 8x NVIDIA-H100-80GB-HBM3 (81559 MiB each; tensor parallel 8 in each "
-                  "node, pipeline parallel 2 across nodes)",
-                  "one replica needs 820.0 GiB; one node of 8x NVIDIA-H100-80GB-HBM3 offers 573.5 GiB",
-                  "memory per node: weights 377.2 GiB + overhead 30.9 GiB + KV 165.4 GiB of 573.5 GiB",
-                  "interconnect: tensor parallel inside each node over NVLink", "pipeline parallel across nodes over "
-                  "the cluster network", "not across nodes: TGI 3.3.7"),
-         rejected={"tgi": "across nodes: TGI 3.3.7 does not run one replica across nodes",
-                   "sglang": "ranked below vllm"}),
+    Case(
+        "405b-bf16-on-two-8xh100-tp8-x-pp2-820GiB-over-2x573.5GiB",
+        m(model=m(modelRef="llama-3-1-405b")),
+        [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")],
+        "vllm",
+        8,
+        reasons=(
+            "chosen: vllm on 2 nodes x 8x NVIDIA-H100-80GB-HBM3 (81559 MiB each; tensor parallel 8 in each "
+            "node, pipeline parallel 2 across nodes)",
+            "one replica needs 820.0 GiB; one node of 8x NVIDIA-H100-80GB-HBM3 offers 573.5 GiB",
+            "memory per node: weights 377.2 GiB + overhead 30.9 GiB + KV 165.4 GiB of 573.5 GiB",
+            "interconnect: tensor parallel inside each node over NVLink",
+            "pipeline parallel across nodes over the cluster network",
+            "not across nodes: TGI 3.3.7",
+        ),
+        rejected={
+            "tgi": "across nodes: TGI 3.3.7 does not run one replica across nodes",
+            "sglang": "ranked below vllm",
+        },
+    ),
     # one 8xH100 node only: unsatisfiable with the number of nodes it needs, never PyTorch on the big CPU node
-    Case("405b-on-one-8xh100-needs-2-nodes-not-cpu", m(model=m(modelRef="llama-3-1-405b")),
-         [H100x8, node("cpu-big", cpu="192", memory="4000Gi")], None,
-         reasons=("needs 2 nodes of 8x NVIDIA-H100-80GB-HBM3 (2 nodes x 8x NVIDIA-H100-80GB-HBM3 (tensor parallel "
-                  "8 in each node, pipeline parallel 2", "1 such node(s) usable", "not placed on CPU"),
-         rejected={"vllm": "needs 2 nodes of 8x NVIDIA-H100-80GB-HBM3; 1 usable"}),
+    Case(
+        "405b-on-one-8xh100-needs-2-nodes-not-cpu",
+        m(model=m(modelRef="llama-3-1-405b")),
+        [H100x8, node("cpu-big", cpu="192", memory="4000Gi")],
+        None,
+        reasons=(
+            "needs 2 nodes of 8x NVIDIA-H100-80GB-HBM3 (2 nodes x 8x NVIDIA-H100-80GB-HBM3 (tensor parallel "
+            "8 in each node, pipeline parallel 2",
+            "1 such node(s) usable",
+            "not placed on CPU",
+        ),
+        rejected={"vllm": "needs 2 nodes of 8x NVIDIA-H100-80GB-HBM3; 1 usable"},
+    ),
     # two replicas of two nodes each: four nodes, and there are two
-    Case("405b-2-replicas-on-two-8xh100-needs-4-nodes", m(model=m(modelRef="llama-3-1-405b"), replicas=2),
-         [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")], None,
-         reasons=("needs 4 nodes of 8x NVIDIA-H100-80GB-HBM3 (2 per replica x 2 replicas)",)),
+    Case(
+        "405b-2-replicas-on-two-8xh100-needs-4-nodes",
+        m(model=m(modelRef="llama-3-1-405b"), replicas=2),
+        [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")],
+        None,
+        reasons=("needs 4 nodes of 8x NVIDIA-H100-80GB-HBM3 (2 per replica x 2 replicas)",),
+    ),
     # an engine whose pinned release does not run across nodes, asked for by name: unsatisfiable, naming the ones
     # that do
-    Case("405b-tgi-requested-does-not-run-across-nodes", m(model=m(modelRef="llama-3-1-405b"), backend="tgi"),
-         [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")], None,
-         reasons=("TGI 3.3.7 does not run across nodes (engines that run one replica across nodes (pinned releases):"
-                  " vLLM 0.33.0, SGLang 0.5.23",)),
+    Case(
+        "405b-tgi-requested-does-not-run-across-nodes",
+        m(model=m(modelRef="llama-3-1-405b"), backend="tgi"),
+        [H100x8, node("h100-b", "h100", 8, cpu="192", memory="1900Gi")],
+        None,
+        reasons=(
+            "TGI 3.3.7 does not run across nodes (engines that run one replica across nodes (pinned releases):"
+            " vLLM 0.33.0, SGLang 0.5.23",
+        ),
+    ),
     # llama.cpp: -c is context x slots. Mistral-7B q4_k_m 4.1 GiB + 0.5 + 4 GiB per 32768-token slot
     # (128 KiB/token) on a 16 GiB node (14.4 GiB at 0.9): 2 slots fit, not the 4 asked
-    Case("llamacpp-32k-mistral-7b-16GiB-node-2-slots-of-4GiB", m(model=m(modelRef="mistral-7b-gguf"),
-         batching=m(maxBatchSize=4)), [CPU16], "llamacpp", reasons=("slots reduced from 4 to 2",
-                                                                    "2 slot(s) x 32768-token context 8.0 GiB")),
+    Case(
+        "llamacpp-32k-mistral-7b-16GiB-node-2-slots-of-4GiB",
+        m(model=m(modelRef="mistral-7b-gguf"), batching=m(maxBatchSize=4)),
+        [CPU16],
+        "llamacpp",
+        reasons=("slots reduced from 4 to 2", "2 slot(s) x 32768-token context 8.0 GiB"),
+    ),
     # Llama-2-7B keeps 32 KV heads: 512 KiB/token x 32768 = 16 GiB for one slot > 14.4 GiB: refused, not OOM
-    Case("llamacpp-32k-llama-2-7b-16GiB-node-one-16GiB-slot-does-not-fit", m(model=m(modelRef="llama-2-7b-gguf")),
-         [CPU16], None, rejected={"llamacpp": "does not fit: needs 20.3 GiB; the CPU node offers 14.4 GiB"}),
+    Case(
+        "llamacpp-32k-llama-2-7b-16GiB-node-one-16GiB-slot-does-not-fit",
+        m(model=m(modelRef="llama-2-7b-gguf")),
+        [CPU16],
+        None,
+        rejected={"llamacpp": "does not fit: needs 20.3 GiB; the CPU node offers 14.4 GiB"},
+    ),
     # batching: dynamic on vLLM is continuous batching (it admits waiting requests every step)
-    Case("dynamic-batching-on-vllm-is-continuous", m(model=m(modelRef="llama-3-1-8b"), batching=m(strategy="dynamic")),
-         [L4], "vllm", 1, reasons=("batching: continuous (dynamic requested",)),
+    Case(
+        "dynamic-batching-on-vllm-is-continuous",
+        m(model=m(modelRef="llama-3-1-8b"), batching=m(strategy="dynamic")),
+        [L4],
+        "vllm",
+        1,
+        reasons=("batching: continuous (dynamic requested",),
+    ),
     # CPU placements do not use GPU nodes under accelerator auto
-    Case("cpu-fallback-only-on-cpu-only-nodes", m(model=m(modelRef="qwen-0-5b"), hardware=m(accelerator="cpu")),
-         [L4, CPU], "pytorch", reasons=("CPU placement kept off GPU nodes by node affinity: nvidia.com/gpu.product "
-                                        "DoesNotExist",)),
-]  # fmt: skip
+    Case(
+        "cpu-fallback-only-on-cpu-only-nodes",
+        m(model=m(modelRef="qwen-0-5b"), hardware=m(accelerator="cpu")),
+        [L4, CPU],
+        "pytorch",
+        reasons=("CPU placement kept off GPU nodes by node affinity: nvidia.com/gpu.product DoesNotExist",),
+    ),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -176,14 +276,19 @@ def test_host_request_on_a_big_node_is_4_cpus_per_gpu_and_weights_share_plus_8Gi
 
 
 def test_cpu_placement_renders_node_affinity_off_gpu_nodes() -> None:
-    pod = _pod({"model": {"modelRef": "qwen-0-5b"}, "hardware": {"accelerator": "cpu"}},
-               [L4, node("gke-l4", "l4", 1, gfd=False, labels={"cloud.google.com/gke-accelerator": "nvidia-l4"}),
-                CPU])  # fmt: skip
+    pod = _pod(
+        {"model": {"modelRef": "qwen-0-5b"}, "hardware": {"accelerator": "cpu"}},
+        [L4, node("gke-l4", "l4", 1, gfd=False, labels={"cloud.google.com/gke-accelerator": "nvidia-l4"}), CPU],
+    )
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [
-        {"key": "nvidia.com/gpu.product", "operator": "DoesNotExist"},
-        {"key": "cloud.google.com/gke-accelerator", "operator": "DoesNotExist"},
-    ]}]  # fmt: skip
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "nvidia.com/gpu.product", "operator": "DoesNotExist"},
+                {"key": "cloud.google.com/gke-accelerator", "operator": "DoesNotExist"},
+            ]
+        }
+    ]
 
 
 def test_cpu_placement_on_cpu_only_cluster_has_no_affinity() -> None:
@@ -211,8 +316,13 @@ def test_405b_status_placement_has_the_multi_node_numbers(nodes: int) -> None:
     assert (d.backend is not None) == (nodes == 2) and d.multi_node is not None
     placement = d.to_status().placement
     assert placement is not None
-    assert (placement.nodes, placement.gpus_per_node, placement.tensor_parallel_size,
-            placement.pipeline_parallel_size, placement.gpus_per_replica) == (2, 8, 8, 2, 16)  # fmt: skip
+    assert (
+        placement.nodes,
+        placement.gpus_per_node,
+        placement.tensor_parallel_size,
+        placement.pipeline_parallel_size,
+        placement.gpus_per_replica,
+    ) == (2, 8, 8, 2, 16)
     out = d.to_json()
     assert out["multiNode"]["nodes"] == 2 and out["multiNode"]["availableNodes"] == nodes
     if nodes == 2:

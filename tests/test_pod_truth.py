@@ -21,21 +21,32 @@ PVC = 'persistentvolumeclaim "missing" not found'
 def pod(name: str = "chat-5d8f9-abcde", status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
     return {
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ns", "labels": {"pod-template-hash": "5d8f9",
-                                                                 "app.kubernetes.io/instance": "chat"},
-                     "ownerReferences": [{"kind": "ReplicaSet", "name": "chat-5d8f9"}]},
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {"pod-template-hash": "5d8f9", "app.kubernetes.io/instance": "chat"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "chat-5d8f9"}],
+        },
         "spec": {"containers": [{"name": "engine", "image": "vllm:x"}], **spec},
         "status": status or {"phase": "Pending"},
-    }  # fmt: skip
+    }
 
 
 def unschedulable(message: str) -> dict[str, Any]:
-    return {"phase": "Pending", "conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}  # fmt: skip
+    return {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}],
+    }
 
 
-def container(waiting: str | None = None, message: str = "", last: dict[str, Any] | None = None,
-              ready: bool = False, restarts: int = 0, name: str = "engine") -> dict[str, Any]:  # fmt: skip
+def container(
+    waiting: str | None = None,
+    message: str = "",
+    last: dict[str, Any] | None = None,
+    ready: bool = False,
+    restarts: int = 0,
+    name: str = "engine",
+) -> dict[str, Any]:
     state = {"waiting": {"reason": waiting, "message": message}} if waiting else {"running": {}}
     cs: dict[str, Any] = {"name": name, "image": "vllm:x", "ready": ready, "restartCount": restarts, "state": state}
     if last:
@@ -44,8 +55,11 @@ def container(waiting: str | None = None, message: str = "", last: dict[str, Any
 
 
 def running(*statuses: dict[str, Any], init: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
-    return {"phase": "Running" if not init else "Pending", "containerStatuses": list(statuses),
-            "initContainerStatuses": list(init)}  # fmt: skip
+    return {
+        "phase": "Running" if not init else "Pending",
+        "containerStatuses": list(statuses),
+        "initContainerStatuses": list(init),
+    }
 
 
 def problem(status: dict[str, Any], **spec: Any) -> PodProblem | None:
@@ -72,16 +86,28 @@ def test_each_reason_is_rolled_up_with_its_message() -> None:
     for waiting in ("ErrImagePull", "ImagePullBackOff"):  # alternating on every pull: one stable problem
         p = problem(running(container(waiting, f"{waiting} varies")))
         assert p == PodProblem("ImagePullBackOff", 'pod chat-5d8f9-abcde: container engine: cannot pull image "vllm:x"')
-    p = problem(running(container("CrashLoopBackOff", "back-off 40s restarting failed container",
-                                  last={"exitCode": 1, "reason": "Error"}, restarts=3)))  # fmt: skip
+    p = problem(
+        running(
+            container(
+                "CrashLoopBackOff",
+                "back-off 40s restarting failed container",
+                last={"exitCode": 1, "reason": "Error"},
+                restarts=3,
+            )
+        )
+    )
     assert p is not None and p.reason == "CrashLoopBackOff" and "exit code 1, Error" in p.message
     assert "back-off 40s" not in p.message, "the kubelet's growing back-off would change the status every restart"
     limits = {"containers": [{"name": "engine", "image": "vllm:x", "resources": {"limits": {"memory": "16Gi"}}}]}
-    p = problem(running(container("CrashLoopBackOff", last={"exitCode": 137, "reason": "OOMKilled"}, restarts=2)),
-                **limits)  # fmt: skip
+    p = problem(
+        running(container("CrashLoopBackOff", last={"exitCode": 137, "reason": "OOMKilled"}, restarts=2)), **limits
+    )
     assert p is not None and p.reason == "OOMKilled" and "exit code 137" in p.message and "16Gi" in p.message
-    p = problem(running(container(), init=(container("CreateContainerConfigError", 'secret "hf-token" not found',
-                                                     name="fetch"),)))  # fmt: skip
+    p = problem(
+        running(
+            container(), init=(container("CreateContainerConfigError", 'secret "hf-token" not found', name="fetch"),)
+        )
+    )
     assert p is not None and p.reason == "CreateContainerConfigError"
     assert 'init container fetch: secret "hf-token" not found' in p.message
     assert problem({"phase": "Failed", "reason": "Evicted", "message": "low on memory"}) == PodProblem(
@@ -165,8 +191,14 @@ def test_a_warning_event_is_posted_once_per_change_of_the_pod_problem() -> None:
         return Outcome(GOOD, None, 0, written, make(observed=Observed(1, 0, False), pod_problem=p), pod_problem=p)
 
     first, second = PodProblem("Unschedulable", "pod a: 0/3"), PodProblem("ImagePullBackOff", "pod a: image")
-    for o in (outcome(first), outcome(first), outcome(first, written=False), outcome(second), outcome(None),
-              outcome(second)):  # fmt: skip
+    for o in (
+        outcome(first),
+        outcome(first),
+        outcome(first, written=False),
+        outcome(second),
+        outcome(None),
+        outcome(second),
+    ):
         asyncio.run(st._report(("ns", "chat"), body, o, placement(o.status)))
     assert [(e.type, e.reason) for e in writer.events] == [
         ("Warning", "Unschedulable"),

@@ -26,8 +26,9 @@ def test_the_doc_shows_the_file_it_applies() -> None:
 
 def test_llamacpp_on_a_cpu_node_downloads_the_gguf_file() -> None:
     nodes = ROOT / "docs/examples/nodes/cpu-only.yaml"
-    res = subprocess.run([CLI, "render", "-f", str(MANIFEST), "--nodes", str(nodes)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [CLI, "render", "-f", str(MANIFEST), "--nodes", str(nodes)], capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     deployment = next(d for d in yaml.safe_load_all(res.stdout) if d and d["kind"] == "Deployment")
     assert deployment["metadata"]["labels"]["serving.inferencebackend.io/backend"] == "llamacpp"

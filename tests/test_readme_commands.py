@@ -26,7 +26,8 @@ RUN_BY: dict[str, tuple[str, str]] = {
     "inference-backend select -f docs/examples/vllm-llama-3-1-8b.yaml --nodes docs/examples/nodes/h100x8.yaml "
     "--models docs/examples/models.yaml": (
         "tests/test_cli.py",
-        'run("select", "-f", "docs/examples/vllm-llama-3-1-8b.yaml", "--nodes", "docs/examples/nodes/h100x8.yaml",',
+        '"select",\n        "-f",\n        "docs/examples/vllm-llama-3-1-8b.yaml",\n        "--nodes",\n'
+        '        "docs/examples/nodes/h100x8.yaml",\n        "--models",\n        MODELS,',
     ),
     # make venv installs the checkout with the dev extra, which includes inspect (checked below).
     "pip install '.[inspect]'": ("Makefile", "pip install -q -e '.[dev,operator,fetch]'"),

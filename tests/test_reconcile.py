@@ -73,8 +73,10 @@ def test_unsatisfiable_update_keeps_the_deployment() -> None:
     rec = FakeWriter()
     first = run(body({"model": {"modelRef": "llama-3-1-8b"}}), world(), rec)
     dep = next(o for o in rec.applied if o["kind"] == "Deployment")
-    live = {"spec": {"replicas": 1}, "status": {"readyReplicas": 1, "conditions": [
-        {"type": "Available", "status": "True"}]}}  # fmt: skip
+    live = {
+        "spec": {"replicas": 1},
+        "status": {"readyReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]},
+    }
     children = {("ns", "chat", "Deployment"): Child(dep["metadata"]["annotations"][APPLIED_HASH], live)}
     again = FakeWriter()
     out = run(body({"model": {"modelRef": "llama-3-1-70b"}}, generation=2, status=first.status), world(children), again)
@@ -180,10 +182,15 @@ def test_gpu_ledger_equals_the_sum_over_children_through_any_updates() -> None:
 def test_child_signature_moves_with_readiness_not_with_bookkeeping() -> None:
     from inference_backend.controller.world import child_signature, slim_child
 
-    pod = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "containers": [
-        {"args": ["--long"] * 50, "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}}}]}  # fmt: skip
-    dep = {"kind": "Deployment", "spec": {"replicas": 2, "template": {"spec": pod}},
-           "status": {"observedGeneration": 1, "updatedReplicas": 0, "readyReplicas": 0}}  # fmt: skip
+    pod = {
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+        "containers": [{"args": ["--long"] * 50, "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}}}],
+    }
+    dep = {
+        "kind": "Deployment",
+        "spec": {"replicas": 2, "template": {"spec": pod}},
+        "status": {"observedGeneration": 1, "updatedReplicas": 0, "readyReplicas": 0},
+    }
     first = child_signature(dep)
     dep["status"] = {**dep["status"], "observedGeneration": 2, "updatedReplicas": 2}
     assert child_signature(dep) == first

@@ -47,8 +47,9 @@ def test_node_order_does_not_matter() -> None:
 
 def _hash(ib: InferenceBackend) -> str:
     _, decision = decide(INPUTS / "vllm-gpu-draft.yaml")
-    decision = select(ib.spec, group_nodes(load(ROOT / "docs/examples/nodes/mixed.yaml")[2]),
-                      registry(MODELS, "default"))  # fmt: skip
+    decision = select(
+        ib.spec, group_nodes(load(ROOT / "docs/examples/nodes/mixed.yaml")[2]), registry(MODELS, "default")
+    )
     return render_result(ib, decision).spec_hash
 
 
@@ -109,8 +110,9 @@ def test_tgi_metrics_on_the_api_port() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 @pytest.mark.parametrize("nodes", NODE_LISTS, ids=[p.stem for p in NODE_LISTS])
-def test_every_example_renders_where_satisfiable(example: Path, nodes: Path, capsys: pytest.CaptureFixture[str]
-                                                 ) -> None:  # fmt: skip
+def test_every_example_renders_where_satisfiable(
+    example: Path, nodes: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = ["-f", str(example), "--nodes", str(nodes), "--models", str(ROOT / "docs/examples/models.yaml")]
     assert main(["select", "-o", "json", *args]) in (0, 3)
     satisfiable = '"satisfiable": true' in capsys.readouterr().out

@@ -24,14 +24,22 @@ NO_GPU = "0/3 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/
 
 
 def pod(name: str, spec_hash: str, message: str = NO_GPU, scheduled: bool = False) -> dict[str, Any]:
-    cond = {"type": "PodScheduled", "status": "True" if scheduled else "False", "reason": "Unschedulable",
-            "message": message, "lastTransitionTime": STAMP}  # fmt: skip
+    cond = {
+        "type": "PodScheduled",
+        "status": "True" if scheduled else "False",
+        "reason": "Unschedulable",
+        "message": message,
+        "lastTransitionTime": STAMP,
+    }
     return {
-        "metadata": {"name": name, "namespace": "ns", "annotations": {"serving.inferencebackend.io/spec-hash":
-                                                                       spec_hash}},
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "annotations": {"serving.inferencebackend.io/spec-hash": spec_hash},
+        },
         "spec": {},
         "status": {"phase": "Pending", "conditions": [cond]},
-    }  # fmt: skip
+    }
 
 
 def test_a_pod_summary_keeps_when_it_became_unschedulable_its_template_and_whether_a_volume_is_why() -> None:
@@ -65,16 +73,26 @@ def body(st: dict[str, Any] | None = None) -> dict[str, Any]:
 def children(applied: list[dict[str, Any]]) -> dict[tuple[str, str, str], Child]:
     """What the cluster holds after ``applied``: the Deployment live but with no ready replica."""
     live = {"spec": {"replicas": 1}, "status": {"readyReplicas": 0, "conditions": []}}
-    return {("ns", o["metadata"]["name"], o["kind"]):
-            Child(o["metadata"]["annotations"][APPLIED_HASH], live if o["kind"] == "Deployment" else {})
-            for o in applied}  # fmt: skip
+    return {
+        ("ns", o["metadata"]["name"], o["kind"]): Child(
+            o["metadata"]["annotations"][APPLIED_HASH], live if o["kind"] == "Deployment" else {}
+        )
+        for o in applied
+    }
 
 
-def world(pods: list[PodSummary], now: float, applied: list[dict[str, Any]],
-          nodes: list[dict[str, Any]] | None = None) -> World:  # fmt: skip
+def world(
+    pods: list[PodSummary], now: float, applied: list[dict[str, Any]], nodes: list[dict[str, Any]] | None = None
+) -> World:
     classes = group_nodes(nodes or [node("l4-a", "l4"), node("a10g-a", "a10g")])
-    return World(classes, {"ns": list(MODELS.items())}, children(applied),
-                 pods={("ns", "chat"): pods}, config=Config(unschedulable_grace=300), clock=lambda: now)  # fmt: skip
+    return World(
+        classes,
+        {"ns": list(MODELS.items())},
+        children(applied),
+        pods={("ns", "chat"): pods},
+        config=Config(unschedulable_grace=300),
+        clock=lambda: now,
+    )
 
 
 def run(b: dict[str, Any], w: World) -> tuple[Outcome, FakeWriter]:
@@ -87,8 +105,9 @@ def product(out: Outcome) -> str:
 
 
 def test_past_the_grace_period_the_backend_moves_and_says_why_and_does_not_move_back() -> None:
-    first, rec0 = run(body(), World(group_nodes([node("l4-a", "l4"), node("a10g-a", "a10g")]),
-                                    {"ns": list(MODELS.items())}, {}))  # fmt: skip
+    first, rec0 = run(
+        body(), World(group_nodes([node("l4-a", "l4"), node("a10g-a", "a10g")]), {"ns": list(MODELS.items())}, {})
+    )
     assert product(first) == "NVIDIA-L4"
     stuck = [PodSummary("chat-1", "Pending", (PodProblem("Unschedulable", NO_GPU),), T0, first.status["specHash"])]
 

@@ -31,9 +31,12 @@ def body(name: str, spec: dict[str, Any], status: dict[str, Any] | None = None, 
 def live(obj: dict[str, Any], *, total: int | None = None, updated: int | None = None) -> Child:
     """The applied Deployment as the watch brings it back, with the rollout's progress in its status."""
     replicas = obj["spec"]["replicas"]
-    st = {"readyReplicas": replicas, "replicas": replicas if total is None else total,
-          "updatedReplicas": replicas if updated is None else updated,
-          "conditions": [{"type": "Available", "status": "True"}]}  # fmt: skip
+    st = {
+        "readyReplicas": replicas,
+        "replicas": replicas if total is None else total,
+        "updatedReplicas": replicas if updated is None else updated,
+        "conditions": [{"type": "Available", "status": "True"}],
+    }
     return Child(obj["metadata"]["annotations"][APPLIED_HASH], slim_child("Deployment", obj["spec"], st))
 
 
@@ -56,15 +59,20 @@ def changed(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "engine": {"extraArgs": ["--max-num-seqs=8"]}}
 
 
-def serve(spec: dict[str, Any], gpus: int, ledger: GpuLedger, others: dict[tuple[str, str], int] | None = None
-          ) -> tuple[Outcome, World, dict[Any, Child]]:  # fmt: skip
+def serve(
+    spec: dict[str, Any], gpus: int, ledger: GpuLedger, others: dict[tuple[str, str], int] | None = None
+) -> tuple[Outcome, World, dict[Any, Child]]:
     """A backend serving on one A10G node with ``gpus`` devices, ``others`` holding some of them."""
     for owner, n in (others or {}).items():
         ledger.set(owner, (A10G, n))
     w = World(group_nodes([node("a10g-a", "a10g", gpus)]), {"ns": list(MODELS.items())}, {}, ledger=ledger)
     first, rec = run(body("chat", spec), w)
-    children = {("ns", o["metadata"]["name"], o["kind"]): live(o) if o["kind"] == "Deployment"
-                else Child(o["metadata"]["annotations"][APPLIED_HASH]) for o in rec.applied}  # fmt: skip
+    children = {
+        ("ns", o["metadata"]["name"], o["kind"]): live(o)
+        if o["kind"] == "Deployment"
+        else Child(o["metadata"]["annotations"][APPLIED_HASH])
+        for o in rec.applied
+    }
     w.children = children
     return first, w, children
 
@@ -136,8 +144,10 @@ def test_explicit_surge_without_room_waits_and_the_old_pods_keep_serving() -> No
     assert out.status["phase"] == "Degraded" and out.status["specHash"] == first.status["specHash"]
     ready = next(c for c in out.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "InsufficientCapacity"
-    assert "needs 2 NVIDIA-A10G (nvidia.com/gpu; 1 replica(s) + 1 surge replica (spec.rollout.strategy surge) x 1)" \
-        in ready["message"]  # fmt: skip
+    assert (
+        "needs 2 NVIDIA-A10G (nvidia.com/gpu; 1 replica(s) + 1 surge replica (spec.rollout.strategy surge) x 1)"
+        in ready["message"]
+    )
 
 
 def test_explicit_recreate_never_reserves_more() -> None:
@@ -170,8 +180,14 @@ def test_cpu_auto_keeps_kubernetes_default_and_explicit_choices_render(asked: st
 
 def test_live_reads_the_strategy_and_progress_of_a_deployment() -> None:
     def dep(strategy: dict[str, Any], st: dict[str, Any]) -> dict[str, Any]:
-        return {"spec": {"replicas": 2, "strategy": {"rollingUpdate": strategy},
-                         "template": {"metadata": {"annotations": {"h": "x"}}}}, "status": st}  # fmt: skip
+        return {
+            "spec": {
+                "replicas": 2,
+                "strategy": {"rollingUpdate": strategy},
+                "template": {"metadata": {"annotations": {"h": "x"}}},
+            },
+            "status": st,
+        }
 
     assert Live.from_deployment(dep({"maxSurge": 1, "maxUnavailable": 0}, {"replicas": 3}), "h") == Live(
         "x", True, True

@@ -29,8 +29,12 @@ def decide(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> Decision:
 
 
 def pod(raw: dict[str, Any], decision: Decision) -> dict[str, Any]:
-    body = {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": "x"}, "spec": raw}  # fmt: skip
+    body = {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "x"},
+        "spec": raw,
+    }
     ib = InferenceBackend.model_validate(body)
     deployment = render_result(ib, decision).objects[0]
     spec_: dict[str, Any] = deployment["spec"]["template"]["spec"]
@@ -38,15 +42,19 @@ def pod(raw: dict[str, Any], decision: Decision) -> dict[str, Any]:
 
 
 def test_h100_with_only_gpu_product_is_compute_9_0_so_tgi_serves_bf16_at_tp1() -> None:
-    d = decide({"backend": "tgi", "model": {"modelRef": "llama-3-1-8b"}},
-               [product_only("h", "NVIDIA-H100-80GB-HBM3", 8)])  # fmt: skip
+    d = decide(
+        {"backend": "tgi", "model": {"modelRef": "llama-3-1-8b"}}, [product_only("h", "NVIDIA-H100-80GB-HBM3", 8)]
+    )
     assert d.backend == "tgi" and d.placement is not None and d.placement.gpus_per_replica == 1
     assert d.serving_dtype == "bfloat16"
     assert any("compute 9.0 from the SKU table (H100-SXM5-80GB)" in r for r in d.reasons)
 
 
-@pytest.mark.parametrize(("product", "memory"), [("NVIDIA-L4", 23034), ("NVIDIA-A10G", 23028)],
-                         ids=["l4-23034MiB-fits-8B-bf16", "a10g-23028MiB-fits-8B-bf16"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("product", "memory"),
+    [("NVIDIA-L4", 23034), ("NVIDIA-A10G", 23028)],
+    ids=["l4-23034MiB-fits-8B-bf16", "a10g-23028MiB-fits-8B-bf16"],
+)
 def test_8b_on_product_only_24gb_gpus_runs_on_the_gpu_not_cpu(product: str, memory: int) -> None:
     d = decide({"model": {"modelRef": "llama-3-1-8b"}}, [product_only("g", product, 1, cpu="16", memory="64Gi"), *CPU])
     assert d.backend == "vllm" and d.placement is not None and d.placement.gpu is not None
@@ -81,8 +89,10 @@ def test_gke_h100_pool_tainted_gpu_present_is_used_and_the_pod_tolerates_it() ->
 
 def test_gpu_products_preference_in_gfd_spelling_matches_a_gke_node_by_tokens() -> None:
     raw = {"model": {"modelRef": "llama-3-1-8b"}, "hardware": {"gpuProducts": ["NVIDIA-H100-80GB-HBM3"]}}
-    nodes = [gke_node("gke-h100", "nvidia-h100-80gb", 8, "a3-highgpu-8g"), gke_node("gke-l4", "nvidia-l4", 1,
-             "g2-standard-8", cpu="8", memory="32Gi")]  # fmt: skip
+    nodes = [
+        gke_node("gke-h100", "nvidia-h100-80gb", 8, "a3-highgpu-8g"),
+        gke_node("gke-l4", "nvidia-l4", 1, "g2-standard-8", cpu="8", memory="32Gi"),
+    ]
     d = decide(raw, nodes)
     assert d.placement is not None and d.placement.gpu is not None and d.placement.gpu.sku == "H100-SXM5-80GB"
 

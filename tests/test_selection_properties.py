@@ -15,12 +15,22 @@ from inference_backend.selection import select
 gpu_kinds = st.sampled_from([None, *GPUS])
 node_st = st.builds(
     lambda i, gpu, count, ready, cordon, taint, gfd: node(
-        f"n{i}", gpu, count, ready=ready, unschedulable=cordon, gfd=gfd,
+        f"n{i}",
+        gpu,
+        count,
+        ready=ready,
+        unschedulable=cordon,
+        gfd=gfd,
         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if taint else None,
     ),
-    st.integers(0, 10_000), gpu_kinds, st.sampled_from([1, 2, 4, 8]), st.booleans(), st.booleans(), st.booleans(),
+    st.integers(0, 10_000),
+    gpu_kinds,
+    st.sampled_from([1, 2, 4, 8]),
     st.booleans(),
-)  # fmt: skip
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
 nodes_st = st.lists(node_st, max_size=8, unique_by=lambda n: n["metadata"]["name"])
 
 spec_st = st.fixed_dictionaries(
@@ -108,22 +118,26 @@ def test_invariants(raw: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
 # Nodes labelled as real clusters are: GFD+NFD (with per-node labels), GKE (tainted), instance types only, AMD.
 real_node_st = st.builds(
     lambda i, kind: [
-        lambda n: gfd_node(n, "h100", 8), lambda n: gfd_node(n, "l4", 1, cpu="15", memory="60Gi"),
+        lambda n: gfd_node(n, "h100", 8),
+        lambda n: gfd_node(n, "l4", 1, cpu="15", memory="60Gi"),
         lambda n: gke_node(n, "nvidia-l4", 1, "g2-standard-8", cpu="8", memory="32Gi"),
         lambda n: instance_node(n, "p5.48xlarge", 8),
         lambda n: instance_node(n, "g5.xlarge", 1, cpu="4", memory="16Gi"),
         lambda n: amd_node(n, 8, {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}),
         lambda n: node(n, cpu="32", memory="128Gi"),
     ][kind](f"r{i}"),
-    st.integers(0, 10_000), st.integers(0, 6),
-)  # fmt: skip
+    st.integers(0, 10_000),
+    st.integers(0, 6),
+)
 real_nodes_st = st.lists(real_node_st, max_size=8, unique_by=lambda n: n["metadata"]["name"])
-per_node_labels_st = st.fixed_dictionaries({
-    "nvidia.com/gfd.timestamp": st.integers(1_600_000_000, 1_800_000_000).map(str),
-    "feature.node.kubernetes.io/kernel-version.full": st.sampled_from(["5.15.0-1051-aws", "6.1.0-27", "6.8.0-1"]),
-    "feature.node.kubernetes.io/system-os_release.VERSION_ID": st.sampled_from(["22.04", "24.04"]),
-    "nvidia.com/gpu-driver-upgrade-state": st.sampled_from(["upgrade-done", "upgrade-required"]),
-})  # fmt: skip
+per_node_labels_st = st.fixed_dictionaries(
+    {
+        "nvidia.com/gfd.timestamp": st.integers(1_600_000_000, 1_800_000_000).map(str),
+        "feature.node.kubernetes.io/kernel-version.full": st.sampled_from(["5.15.0-1051-aws", "6.1.0-27", "6.8.0-1"]),
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": st.sampled_from(["22.04", "24.04"]),
+        "nvidia.com/gpu-driver-upgrade-state": st.sampled_from(["upgrade-done", "upgrade-required"]),
+    }
+)
 
 
 def _with_labels(nodes: list[dict[str, Any]], labels: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -136,8 +150,9 @@ def _with_labels(nodes: list[dict[str, Any]], labels: list[dict[str, str]]) -> l
 
 @SETTINGS
 @given(spec_st, real_nodes_st, st.lists(per_node_labels_st, max_size=8))
-def test_extra_per_node_labels_never_change_the_decision(raw: dict[str, Any], nodes: list[dict[str, Any]],
-                                                         labels: list[dict[str, str]]) -> None:  # fmt: skip
+def test_extra_per_node_labels_never_change_the_decision(
+    raw: dict[str, Any], nodes: list[dict[str, Any]], labels: list[dict[str, str]]
+) -> None:
     """GFD timestamps, NFD kernel builds and driver-upgrade states differ per node: same classes, same Decision."""
     if not _valid(raw):
         return
@@ -148,9 +163,14 @@ def test_extra_per_node_labels_never_change_the_decision(raw: dict[str, Any], no
 
 
 @SETTINGS
-@given(spec_st, real_nodes_st, st.dictionaries(st.sampled_from(["example.com/team", "env", "owner"]),
-                                               st.sampled_from(["a", "b", "ml"]), max_size=2),
-       st.randoms(use_true_random=False))  # fmt: skip
+@given(
+    spec_st,
+    real_nodes_st,
+    st.dictionaries(
+        st.sampled_from(["example.com/team", "env", "owner"]), st.sampled_from(["a", "b", "ml"]), max_size=2
+    ),
+    st.randoms(use_true_random=False),
+)
 def test_label_noise_and_node_order_never_change_the_decision(
     raw: dict[str, Any], nodes: list[dict[str, Any]], noise: dict[str, str], rnd: random.Random
 ) -> None:
@@ -169,26 +189,44 @@ def test_label_noise_and_node_order_never_change_the_decision(
 plan_nodes_st = st.lists(
     st.builds(
         lambda i, gpu, count, cpu, mem: node(f"p{i}", gpu, count, cpu=str(cpu), memory=f"{mem}Gi"),
-        st.integers(0, 10_000), gpu_kinds, st.integers(1, 8), st.sampled_from([2, 4, 8, 16, 96, 192]),
+        st.integers(0, 10_000),
+        gpu_kinds,
+        st.integers(1, 8),
+        st.sampled_from([2, 4, 8, 16, 96, 192]),
         st.sampled_from([4, 16, 32, 64, 256, 1900]),
     ),
-    min_size=1, max_size=6, unique_by=lambda n: n["metadata"]["name"],
-)  # fmt: skip
+    min_size=1,
+    max_size=6,
+    unique_by=lambda n: n["metadata"]["name"],
+)
 PLAN_MODELS = dict(MODELS) | {
-    "qwen2-5-7b": MODELS["qwen-0-5b"].model_copy(update={"uri": "hf://Qwen/Qwen2.5-7B-Instruct", "parameters": "7.6B",
-                                                          "context_length": 32768}),
-}  # fmt: skip
+    "qwen2-5-7b": MODELS["qwen-0-5b"].model_copy(
+        update={"uri": "hf://Qwen/Qwen2.5-7B-Instruct", "parameters": "7.6B", "context_length": 32768}
+    ),
+}
 plan_spec_st = st.fixed_dictionaries(
     {
-        "model": st.sampled_from([{"modelRef": "llama-3-1-8b"}, {"modelRef": "llama-3-1-70b"},
-                                  {"modelRef": "qwen2-5-7b"}, {"modelRef": "llama-3-2-3b-gguf"}]),
-        "objectives": st.fixed_dictionaries({}, optional={
-            "concurrency": st.integers(1, 4000), "promptTokens": st.integers(1, 32768),
-            "outputTokens": st.integers(1, 8192), "tokensPerSecond": st.integers(1, 50_000)}),
+        "model": st.sampled_from(
+            [
+                {"modelRef": "llama-3-1-8b"},
+                {"modelRef": "llama-3-1-70b"},
+                {"modelRef": "qwen2-5-7b"},
+                {"modelRef": "llama-3-2-3b-gguf"},
+            ]
+        ),
+        "objectives": st.fixed_dictionaries(
+            {},
+            optional={
+                "concurrency": st.integers(1, 4000),
+                "promptTokens": st.integers(1, 32768),
+                "outputTokens": st.integers(1, 8192),
+                "tokensPerSecond": st.integers(1, 50_000),
+            },
+        ),
         "replicas": st.integers(1, 4),
         "hardware": st.fixed_dictionaries({"accelerator": st.sampled_from(["auto", "gpu", "cpu"])}),
     }
-)  # fmt: skip
+)
 
 
 @SETTINGS

@@ -15,8 +15,12 @@ from inference_backend.engines import card, sglang
 from inference_backend.render import render_result
 from inference_backend.selection import select
 
-LLAMA_8B = {"uri": "hf://meta-llama/Llama-3.1-8B-Instruct", "parameters": "8B", "dtype": "bfloat16",
-            "contextLength": 8192}  # fmt: skip
+LLAMA_8B = {
+    "uri": "hf://meta-llama/Llama-3.1-8B-Instruct",
+    "parameters": "8B",
+    "dtype": "bfloat16",
+    "contextLength": 8192,
+}
 
 
 def _rejected(d: Any) -> dict[str, str]:
@@ -61,9 +65,12 @@ def test_sglang_refused_below_its_minimum_compute() -> None:
 
 
 def _args(**changes: Any) -> list[str]:
-    body = {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": "chat", "namespace": "ml"},
-            "spec": {"backend": "sglang", "model": {"modelRef": "llama-3-1-8b"}, **changes}}  # fmt: skip
+    body = {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": "chat", "namespace": "ml"},
+        "spec": {"backend": "sglang", "model": {"modelRef": "llama-3-1-8b"}, **changes},
+    }
     ib = InferenceBackend.model_validate(body)
     d = select(ib.spec, cluster(node("h100-1", "h100", 8)), MODELS)
     pod = render_result(ib, d).objects[0]["spec"]["template"]["spec"]  # type: ignore[index]

@@ -15,12 +15,28 @@ GOOD = select(spec(model={"modelRef": "llama-3-1-8b"}), cluster(node("l4", "l4",
 BAD = select(spec(model={"modelRef": "llama-3-1-70b"}), cluster(node("l4", "l4", 1)), MODELS)
 
 
-def make(decision: Any = GOOD, observed: Observed | None = None, error: str | None = None,
-         previous: dict[str, Any] | None = None, now: str = NOW, generation: int = 1,
-         pod_problem: Any = None) -> dict[str, Any]:  # fmt: skip
-    return build(Input(generation=generation, decision=None if error else decision, error=error, workload=observed,
-                       endpoint="http://x.ns.svc:8000", previous=previous, now=now, spec_hash="abc",
-                       pod_problem=pod_problem))  # fmt: skip
+def make(
+    decision: Any = GOOD,
+    observed: Observed | None = None,
+    error: str | None = None,
+    previous: dict[str, Any] | None = None,
+    now: str = NOW,
+    generation: int = 1,
+    pod_problem: Any = None,
+) -> dict[str, Any]:
+    return build(
+        Input(
+            generation=generation,
+            decision=None if error else decision,
+            error=error,
+            workload=observed,
+            endpoint="http://x.ns.svc:8000",
+            previous=previous,
+            now=now,
+            spec_hash="abc",
+            pod_problem=pod_problem,
+        )
+    )
 
 
 def conds(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -80,8 +96,15 @@ def test_progress_deadline_is_degraded() -> None:
 
 
 def test_observed_from_deployment() -> None:
-    dep = {"spec": {"replicas": 3}, "status": {"readyReplicas": 2, "conditions": [
-        {"type": "Available", "status": "True"},
-        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}}  # fmt: skip
+    dep = {
+        "spec": {"replicas": 3},
+        "status": {
+            "readyReplicas": 2,
+            "conditions": [
+                {"type": "Available", "status": "True"},
+                {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"},
+            ],
+        },
+    }
     assert Observed.from_deployment(dep) == Observed(3, 2, True, True)
     assert Observed.from_deployment(None) is None

@@ -20,8 +20,11 @@ REASON_ARG = {"_condition": 2, "_pod_condition": 1, "PodProblem": 0, "ReconcileF
 
 
 def _strings(node: ast.AST) -> set[str]:
-    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and CAMEL.match(n.value)}  # fmt: skip
+    return {
+        n.value
+        for n in ast.walk(node)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and CAMEL.match(n.value)
+    }
 
 
 def operator_reasons() -> dict[str, str]:
@@ -51,9 +54,22 @@ def operator_reasons() -> dict[str, str]:
 
 def test_the_extractor_finds_the_reasons_it_must() -> None:
     reasons = operator_reasons()
-    for known in ("InsufficientCapacity", "Unschedulable", "ImagePullBackOff", "CrashLoopBackOff", "OOMKilled",
-                  "ChildConflict", "InvalidSpec", "Unsatisfiable", "CRDMissing", "ProgressDeadlineExceeded",
-                  "ScalerMissing", "NotRequested", "Selected", "ReconcileError"):  # fmt: skip
+    for known in (
+        "InsufficientCapacity",
+        "Unschedulable",
+        "ImagePullBackOff",
+        "CrashLoopBackOff",
+        "OOMKilled",
+        "ChildConflict",
+        "InvalidSpec",
+        "Unsatisfiable",
+        "CRDMissing",
+        "ProgressDeadlineExceeded",
+        "ScalerMissing",
+        "NotRequested",
+        "Selected",
+        "ReconcileError",
+    ):
         assert known in reasons, known
 
 

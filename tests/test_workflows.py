@@ -52,22 +52,33 @@ def test_actionlint() -> None:
     # -shellcheck= (empty) turns the shellcheck integration off explicitly when shellcheck is not installed; with it,
     # actionlint checks every run: script too.
     shellcheck = [] if shutil.which("shellcheck") else ["-shellcheck="]
-    res = subprocess.run([ACTIONLINT, "-no-color", *shellcheck, *map(str, WORKFLOWS)],
-                         capture_output=True, text=True, cwd=ROOT, check=False)  # fmt: skip
+    res = subprocess.run(
+        [ACTIONLINT, "-no-color", *shellcheck, *map(str, WORKFLOWS)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_release_version_check_accepts_the_declared_version() -> None:
-    res = subprocess.run([sys.executable, "hack/check-release-version", f"v{VERSION}"],
-                         capture_output=True, text=True, cwd=ROOT, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "hack/check-release-version", f"v{VERSION}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == VERSION
 
 
 @pytest.mark.parametrize("tag", ["v99.0.0", "99.0.0", "v1.2", "release-1"])
 def test_release_version_check_refuses_another_tag(tag: str) -> None:
-    res = subprocess.run([sys.executable, "hack/check-release-version", tag],
-                         capture_output=True, text=True, cwd=ROOT, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "hack/check-release-version", tag], capture_output=True, text=True, cwd=ROOT, check=False
+    )
     assert res.returncode == 1
     if tag == "v99.0.0":
         assert "pyproject.toml [project].version is" in res.stderr
@@ -108,8 +119,12 @@ def test_kind_manifests_select_llamacpp_on_the_cpu_worker_with_the_model_from_th
     (tmp_path / "ib.yaml").write_text(yaml.safe_dump(backend))
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": _kind_nodes()}))
     cli = Path(sys.executable).parent / "inference-backend"
-    res = subprocess.run([str(cli), "render", "-f", str(tmp_path / "ib.yaml"), "--nodes", str(tmp_path / "nodes.yaml")],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [str(cli), "render", "-f", str(tmp_path / "ib.yaml"), "--nodes", str(tmp_path / "nodes.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     deployment = next(d for d in yaml.safe_load_all(res.stdout) if d and d["kind"] == "Deployment")
     pod = deployment["spec"]["template"]["spec"]
@@ -164,8 +179,21 @@ def test_the_kind_workflows_model_step_writes_a_gguf_model(tmp_path: Path) -> No
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     cli = Path(sys.executable).parent / "inference-backend"
-    res = subprocess.run([str(cli), "model", "inspect", str(tmp_path / "tiny.gguf"), "--uri", "pvc://tiny-models/tiny.gguf",
-                          "-o", "json"], capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [
+            str(cli),
+            "model",
+            "inspect",
+            str(tmp_path / "tiny.gguf"),
+            "--uri",
+            "pvc://tiny-models/tiny.gguf",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     spec = json.loads(res.stdout)["spec"]
     assert spec["format"] == "gguf" and spec["layers"] == 2 and spec["uri"] == "pvc://tiny-models/tiny.gguf"
@@ -179,8 +207,11 @@ def test_release_builds_each_runner_image_for_the_architectures_its_card_declare
     from inference_backend.engines.artifacts import OPERATOR_ARCHS
 
     assert built[("operator", "")] == OPERATOR_ARCHS  # the fetch init container's image
-    runners = (("pytorch-runner", "", pytorch.IMAGE), ("onnxruntime-server", "", onnxruntime.IMAGE),
-               ("onnxruntime-server", "-cuda", onnxruntime.IMAGE_CUDA))  # fmt: skip
+    runners = (
+        ("pytorch-runner", "", pytorch.IMAGE),
+        ("onnxruntime-server", "", onnxruntime.IMAGE),
+        ("onnxruntime-server", "-cuda", onnxruntime.IMAGE_CUDA),
+    )
     for image, suffix, card_image in runners:
         card = pytorch.CARD if image == "pytorch-runner" else onnxruntime.CARD
         assert card_image.endswith(suffix) and built[(image, suffix)] == set(card.platforms[card_image].archs)

@@ -139,8 +139,13 @@ def kv_log(run: Run, argv: list[str], env: dict[str, str]) -> str:
     with run.log.step("llamacpp: KV size (second start at log verbosity 4)"):
         probe_argv = list(argv)
         probe_argv[probe_argv.index("--port") + 1] = str(free_port())
-        probe = start("llamacpp", probe_argv, env | {"LLAMA_ARG_LOG_VERBOSITY": "4"},
-                      run.work / "llamacpp-kv.log", run.budget.take(300))  # fmt: skip
+        probe = start(
+            "llamacpp",
+            probe_argv,
+            env | {"LLAMA_ARG_LOG_VERBOSITY": "4"},
+            run.work / "llamacpp-kv.log",
+            run.budget.take(300),
+        )
         probe.stop()
         return probe.output()
     return ""

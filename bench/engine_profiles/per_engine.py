@@ -168,15 +168,25 @@ class LlamaServer(Launcher):
 LAUNCHERS: dict[str, Launcher] = {
     launcher.engine: launcher
     for launcher in (
-        Runner("pytorch", kv_gauge="vllm:kv_cache_usage_perc", cpu_dtype="float32",
-               module="inference_backend.runners.pytorch", packages=("torch", "transformers")),
-        Runner("onnxruntime", kv_gauge="vllm:kv_cache_usage_perc",
-               module="inference_backend.runners.onnx", packages=("onnxruntime",)),
+        Runner(
+            "pytorch",
+            kv_gauge="vllm:kv_cache_usage_perc",
+            cpu_dtype="float32",
+            module="inference_backend.runners.pytorch",
+            packages=("torch", "transformers"),
+        ),
+        Runner(
+            "onnxruntime",
+            kv_gauge="vllm:kv_cache_usage_perc",
+            module="inference_backend.runners.onnx",
+            packages=("onnxruntime",),
+        ),
         # b11312 exports no KV usage gauge (the cache is allocated at start): its size comes from the log
-        LlamaServer("llamacpp", kv_gauge=None, waits_for_llama_build=True, server_timings=True,
-                    kv_from_second_start=True),
+        LlamaServer(
+            "llamacpp", kv_gauge=None, waits_for_llama_build=True, server_timings=True, kv_from_second_start=True
+        ),
     )
-}  # fmt: skip
+}
 """The engines this harness runs as local processes (the GPU-only engines run only in bench/gpu/h200.sh)."""
 
 

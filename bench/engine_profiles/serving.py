@@ -143,9 +143,14 @@ def gpu_memory(pids: list[int]) -> dict[str, Any] | None:
         total = subprocess.run([*q, "--query-gpu=memory.used,memory.total"], capture_output=True, text=True, timeout=20)
         apps = subprocess.run([*q, "--query-compute-apps=pid,used_memory"], capture_output=True, text=True, timeout=20)
         used, size = (int(x) for x in total.stdout.split(",")[:2])
-        mine = sum(int(m) for p, m in (line.split(",") for line in apps.stdout.splitlines() if "," in line)
-                   if int(p) in pids)  # fmt: skip
-        return {"serverBytes": mine * 2**20, "gpuUsedBytes": used * 2**20, "gpuTotalBytes": size * 2**20,
-                "source": "nvidia-smi (compute-apps of the server's process tree; memory.used of the GPU)"}  # fmt: skip
+        mine = sum(
+            int(m) for p, m in (line.split(",") for line in apps.stdout.splitlines() if "," in line) if int(p) in pids
+        )
+        return {
+            "serverBytes": mine * 2**20,
+            "gpuUsedBytes": used * 2**20,
+            "gpuTotalBytes": size * 2**20,
+            "source": "nvidia-smi (compute-apps of the server's process tree; memory.used of the GPU)",
+        }
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None

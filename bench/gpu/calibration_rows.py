@@ -63,18 +63,48 @@ COLUMNS = [
     "holdout",
 ]
 SERVERS = {
-    "vllm": lambda py, model, port: [py, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1",
-                                     "--port", str(port), "--dtype", "bfloat16", "--served-model-name", "m"],
-    "sglang": lambda py, model, port: [py, "-m", "sglang.launch_server", "--model-path", model, "--host",
-                                       "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
-                                       "--served-model-name", "m"],
-}  # fmt: skip
+    "vllm": lambda py, model, port: [
+        py,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--served-model-name",
+        "m",
+    ],
+    "sglang": lambda py, model, port: [
+        py,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--served-model-name",
+        "m",
+    ],
+}
 
 
 def gpu_product() -> str:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout  # fmt: skip
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.strip().splitlines()[0].replace(" ", "-") if out.strip() else "unknown"
@@ -84,8 +114,7 @@ def _stream(url: str, prompt: list[int], output: int) -> tuple[float, float, int
     """(TTFT s, TPOT s, tokens) of one streamed completion."""
     import httpx
 
-    body = {"model": "m", "prompt": prompt, "max_tokens": output, "temperature": 0, "ignore_eos": True,
-            "stream": True}  # fmt: skip
+    body = {"model": "m", "prompt": prompt, "max_tokens": output, "temperature": 0, "ignore_eos": True, "stream": True}
     t0 = time.monotonic()
     first = last = 0.0
     n = 0
@@ -117,8 +146,12 @@ def measure(url: str, concurrency: int, prompt: int, output: int, vocab: int, ro
         ttft += [a * 1000 for a, _, _ in done]
         tpot += [b * 1000 for _, b, _ in done]
     ttft.sort()
-    return {"ttft_ms_p50": statistics.median(ttft), "ttft_ms_p95": ttft[min(len(ttft) - 1, int(0.95 * len(ttft)))],
-            "tpot_ms_p50": statistics.median(tpot), "output_tokens_per_s": statistics.median(rates)}  # fmt: skip
+    return {
+        "ttft_ms_p50": statistics.median(ttft),
+        "ttft_ms_p95": ttft[min(len(ttft) - 1, int(0.95 * len(ttft)))],
+        "tpot_ms_p50": statistics.median(tpot),
+        "output_tokens_per_s": statistics.median(rates),
+    }
 
 
 def serve_and_measure(engine: str, model: Path, args: argparse.Namespace, log: Path) -> list[dict[str, Any]]:
@@ -170,20 +203,37 @@ def harness_rows(results: Path, args: argparse.Namespace) -> list[dict[str, Any]
     return out
 
 
-def _row(engine: str, version: str, c: int, args: argparse.Namespace, fig: dict[str, float], cmd: str
-         ) -> dict[str, Any]:  # fmt: skip
+def _row(
+    engine: str, version: str, c: int, args: argparse.Namespace, fig: dict[str, float], cmd: str
+) -> dict[str, Any]:
     return {
-        "id": f"measuredgpu-{engine}-{args.gpu.lower()}-c{c}", "engine": engine, "engine_version": version,
-        "gpu": args.gpu, "gpu_count": 1, "tp": 1, "pp": 1, "replicas": 1, "model": args.model_id,
-        "parameters": args.parameters, "active_parameters": "", "dtype": "bf16", "quantization": "", "kv_dtype": "",
-        "concurrency": c, "request_rate": "", "prompt_tokens": args.prompt, "output_tokens": args.output,
-        **{k: f"{v:.3f}" for k, v in fig.items()}, "total_tokens_per_s": "",
-        "source_url": "bench/gpu/h200.sh", "source_location": cmd[:300],
+        "id": f"measuredgpu-{engine}-{args.gpu.lower()}-c{c}",
+        "engine": engine,
+        "engine_version": version,
+        "gpu": args.gpu,
+        "gpu_count": 1,
+        "tp": 1,
+        "pp": 1,
+        "replicas": 1,
+        "model": args.model_id,
+        "parameters": args.parameters,
+        "active_parameters": "",
+        "dtype": "bf16",
+        "quantization": "",
+        "kv_dtype": "",
+        "concurrency": c,
+        "request_rate": "",
+        "prompt_tokens": args.prompt,
+        "output_tokens": args.output,
+        **{k: f"{v:.3f}" for k, v in fig.items()},
+        "total_tokens_per_s": "",
+        "source_url": "bench/gpu/h200.sh",
+        "source_location": cmd[:300],
         "source_date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "notes": "measured on a lent GPU by bench/gpu/calibration_rows.py: random weights at the model's shape, "
-                 "token-id prompts, ignore_eos, two rounds per concurrency",
+        "token-id prompts, ignore_eos, two rounds per concurrency",
         "holdout": "false",
-    }  # fmt: skip
+    }
 
 
 def main() -> int:

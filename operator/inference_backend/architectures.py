@@ -46,8 +46,20 @@ _LLAMA, _QWEN2, _MISTRAL = "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCa
 _MIXTRAL, _PHI3, _GEMMA2 = "MixtralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM"
 
 
-def _row(name: str, params: float, layers: int, heads: int, kv: int, head_dim: int, ctx: int, arch: str,
-         forms: tuple[str, ...], repo: str, experts: int = 0, active: float = 0) -> ArchShape:  # fmt: skip
+def _row(
+    name: str,
+    params: float,
+    layers: int,
+    heads: int,
+    kv: int,
+    head_dim: int,
+    ctx: int,
+    arch: str,
+    forms: tuple[str, ...],
+    repo: str,
+    experts: int = 0,
+    active: float = 0,
+) -> ArchShape:
     return ArchShape(name, int(params), layers, kv, head_dim, ctx, heads, arch, forms, repo, experts, int(active))
 
 
@@ -122,6 +134,8 @@ def find(uri: str | None, parameters: int, architecture: str | None) -> tuple[Ar
     if architecture and row.architecture and architecture != row.architecture:
         return None, f"the name suggests {row.name}, but architecture {architecture} is not {row.architecture}"
     if abs(math.log(parameters / row.parameters)) > math.log(1.25):
-        return None, (f"the name suggests {row.name} ({row.parameters / 1e9:.2f}B), but parameters "
-                      f"{parameters / 1e9:.2f}B differ by more than 25%")  # fmt: skip
+        return None, (
+            f"the name suggests {row.name} ({row.parameters / 1e9:.2f}B), but parameters "
+            f"{parameters / 1e9:.2f}B differ by more than 25%"
+        )
     return row, ""

@@ -72,15 +72,19 @@ def signal(ib: InferenceBackend, engine: str) -> ScalingSignal:
     caps = card(engine).autoscaling
     found = caps.signals.get(a.metric)
     if found is None:
-        raise InvalidSpec("spec.autoscaling.metric", f"{a.metric}: {card(engine).title} exposes no such metric "
-                          f"({caps.lacks}); it has {', '.join(sorted(caps.signals))}")  # fmt: skip
+        raise InvalidSpec(
+            "spec.autoscaling.metric",
+            f"{a.metric}: {card(engine).title} exposes no such metric "
+            f"({caps.lacks}); it has {', '.join(sorted(caps.signals))}",
+        )
     return found
 
 
 def matchers(ib: InferenceBackend, settings: Settings) -> str:
     namespace = ib.metadata.namespace or "default"
-    return settings.label_matchers.format(namespace=namespace, name=ib.metadata.name,
-                                          instance=label_value(ib.metadata.name))  # fmt: skip
+    return settings.label_matchers.format(
+        namespace=namespace, name=ib.metadata.name, instance=label_value(ib.metadata.name)
+    )
 
 
 def _scaled(expr: str, factor: float) -> str:
@@ -91,8 +95,9 @@ def query(sig: ScalingSignal, labels: str) -> str:
     """The PromQL of one signal: a gauge summed over the backend's pods (the HPA divides by the replicas: the
     target is per replica), a histogram's p95 over them (the target is the value itself)."""
     if sig.kind == "histogram":
-        expr = (f"histogram_quantile({TTFT_QUANTILE:g}, sum by (le) (rate({sig.metric}_bucket{{{labels}}}"
-                f"[{TTFT_WINDOW}])))")  # fmt: skip
+        expr = (
+            f"histogram_quantile({TTFT_QUANTILE:g}, sum by (le) (rate({sig.metric}_bucket{{{labels}}}[{TTFT_WINDOW}])))"
+        )
     else:
         expr = f"sum({sig.metric}{{{labels}}})"
     return _scaled(expr, sig.scale)
@@ -103,24 +108,30 @@ def _number(value: float) -> str:
     return decimal_text(value)
 
 
-def scaled_object(ib: InferenceBackend, engine: str, target: Json, meta_labels: dict[str, str],
-                  settings: Settings = DEFAULT) -> Json:  # fmt: skip
+def scaled_object(
+    ib: InferenceBackend, engine: str, target: Json, meta_labels: dict[str, str], settings: Settings = DEFAULT
+) -> Json:
     """The ScaledObject for ``ib`` (which has spec.autoscaling) on ``engine``'s metric, scaling ``target`` (an
     apiVersion/kind/name reference with a scale subresource)."""
     a = ib.spec.autoscaling
     assert a is not None
     sig = signal(ib, engine)
     labels = matchers(ib, settings)
-    trigger_meta = {"serverAddress": settings.prometheus_address, "query": query(sig, labels),
-                    "threshold": _number(a.target)}  # fmt: skip
-    triggers: list[Json] = [{
-        "type": "prometheus",
-        "name": a.metric.lower(),
-        # AverageValue: desired = ceil(query / threshold), the query summing every pod; Value: desired =
-        # ceil(current x query / threshold), for a latency that does not add up over pods.
-        "metricType": "Value" if sig.kind == "histogram" else "AverageValue",
-        "metadata": trigger_meta,
-    }]  # fmt: skip
+    trigger_meta = {
+        "serverAddress": settings.prometheus_address,
+        "query": query(sig, labels),
+        "threshold": _number(a.target),
+    }
+    triggers: list[Json] = [
+        {
+            "type": "prometheus",
+            "name": a.metric.lower(),
+            # AverageValue: desired = ceil(query / threshold), the query summing every pod; Value: desired =
+            # ceil(current x query / threshold), for a latency that does not add up over pods.
+            "metricType": "Value" if sig.kind == "histogram" else "AverageValue",
+            "metadata": trigger_meta,
+        }
+    ]
     spec: Json = {
         "scaleTargetRef": target,
         "pollingInterval": settings.polling_seconds,
@@ -129,13 +140,19 @@ def scaled_object(ib: InferenceBackend, engine: str, target: Json, meta_labels: 
     }
     if a.scale_to_zero is not None:
         spec["cooldownPeriod"] = a.scale_to_zero.cooldown_seconds
-        triggers.append({
-            "type": "prometheus",
-            "name": "wake",
-            "metricType": "AverageValue",
-            "metadata": {"serverAddress": settings.prometheus_address, "query": a.scale_to_zero.wake_query,
-                         "threshold": WAKE_THRESHOLD, "activationThreshold": "0"},
-        })  # fmt: skip
+        triggers.append(
+            {
+                "type": "prometheus",
+                "name": "wake",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": settings.prometheus_address,
+                    "query": a.scale_to_zero.wake_query,
+                    "threshold": WAKE_THRESHOLD,
+                    "activationThreshold": "0",
+                },
+            }
+        )
     behavior: Json = {}
     b = a.behavior
     if b.scale_up_stabilization_seconds is not None:
@@ -148,10 +165,13 @@ def scaled_object(ib: InferenceBackend, engine: str, target: Json, meta_labels: 
     return {
         "apiVersion": KEDA_API_VERSION,
         "kind": SCALED_OBJECT,
-        "metadata": {"name": ib.metadata.name, "namespace": ib.metadata.namespace or "default",
-                     "labels": dict(meta_labels)},
+        "metadata": {
+            "name": ib.metadata.name,
+            "namespace": ib.metadata.namespace or "default",
+            "labels": dict(meta_labels),
+        },
         "spec": spec,
-    }  # fmt: skip
+    }
 
 
 def describe(ib: InferenceBackend, engine: str, settings: Settings = DEFAULT) -> tuple[str, str]:
@@ -160,8 +180,12 @@ def describe(ib: InferenceBackend, engine: str, settings: Settings = DEFAULT) ->
     return f"{sig.metric} ({sig.kind}; {sig.source})", query(sig, matchers(ib, settings))
 
 
-_UNITS = {"queueDepth": "requests waiting", "runningRequests": "requests running",
-          "kvCacheUsage": "KV cache in use, %", "ttft": "p95 TTFT, ms"}  # fmt: skip
+_UNITS = {
+    "queueDepth": "requests waiting",
+    "runningRequests": "requests running",
+    "kvCacheUsage": "KV cache in use, %",
+    "ttft": "p95 TTFT, ms",
+}
 
 
 def markdown_table() -> str:

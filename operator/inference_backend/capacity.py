@@ -104,10 +104,13 @@ class Shortfall:
             if surge
             else f"{replicas} replica(s)"
         )
-        return (f"waiting for capacity: needs {self.needed} {self.product} ({self.resource}; {count} x "
-                f"{per_replica}); {self.allocatable} allocatable on {nodes}, {self.free} free, "
-                f"{self.reserved} reserved by other InferenceBackends" + (f": {who}" if who else "") +
-                "; it is placed as soon as enough are released or nodes are added")  # fmt: skip
+        return (
+            f"waiting for capacity: needs {self.needed} {self.product} ({self.resource}; {count} x "
+            f"{per_replica}); {self.allocatable} allocatable on {nodes}, {self.free} free, "
+            f"{self.reserved} reserved by other InferenceBackends"
+            + (f": {who}" if who else "")
+            + "; it is placed as soon as enough are released or nodes are added"
+        )
 
 
 def wanted(decision: Decision | None, replicas: int) -> tuple[Pool, int] | None:
@@ -120,8 +123,14 @@ def wanted(decision: Decision | None, replicas: int) -> tuple[Pool, int] | None:
     return pool_of(p.gpu), p.gpus_per_replica * max(replicas, 0)
 
 
-def shortfall(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[HardwareClass, tuple[str, ...]],
-              ledger: GpuLedger, owner: Owner, replicas: int | None = None) -> Shortfall | None:  # fmt: skip
+def shortfall(
+    spec: InferenceBackendSpec,
+    decision: Decision,
+    cluster: Mapping[HardwareClass, tuple[str, ...]],
+    ledger: GpuLedger,
+    owner: Owner,
+    replicas: int | None = None,
+) -> Shortfall | None:
     """The missing capacity for ``decision``'s placement (``replicas``, default spec.replicas), or None when its
     devices are free."""
     want = wanted(decision, spec.replicas if replicas is None else replicas)
@@ -138,5 +147,6 @@ def shortfall(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[H
     overlapping = {p for p in others if overlap(pool, p, classes)}
     where = ", ".join(f"{k}={v}" for k, v in pool[1])
     gpu = decision.placement.gpu
-    return Shortfall(gpu.product, gpu.resource, needed, allocatable, held,
-                     tuple(ledger.holders(overlapping, owner)), where)  # fmt: skip
+    return Shortfall(
+        gpu.product, gpu.resource, needed, allocatable, held, tuple(ledger.holders(overlapping, owner)), where
+    )

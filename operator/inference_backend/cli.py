@@ -32,8 +32,10 @@ def _inputs(args: argparse.Namespace) -> tuple[list[InferenceBackend], list, dic
     _, _, nodes = load(args.nodes)
     twice = duplicate_nodes(nodes)
     if twice:
-        raise ManifestError(f"{args.nodes}: node {twice[0]} is listed twice (a node name is unique in a cluster; "
-                            "counting it twice would double its capacity): remove the copy")  # fmt: skip
+        raise ManifestError(
+            f"{args.nodes}: node {twice[0]} is listed twice (a node name is unique in a cluster; "
+            "counting it twice would double its capacity): remove the copy"
+        )
     for path in args.models or []:
         models += load(path)[1]
     return ibs, models, group_nodes(nodes)
@@ -155,8 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_PROMETHEUS,
         help="serverAddress of the ScaledObjects of spec.autoscaling, as the operator's flag",
     )
-    ren.add_argument("--autoscaling-label-matchers", default=DEFAULT_MATCHERS,
-                     help="PromQL label matchers of one backend's series, as the operator's flag")  # fmt: skip
+    ren.add_argument(
+        "--autoscaling-label-matchers",
+        default=DEFAULT_MATCHERS,
+        help="PromQL label matchers of one backend's series, as the operator's flag",
+    )
     from inference_backend import images
 
     images.add_arguments(ren)
@@ -166,13 +171,21 @@ def build_parser() -> argparse.ArgumentParser:
     fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")
     fet.add_argument("uri", help="a file or a prefix: s3://bucket/key, gs://bucket/prefix/, hf://org/repo")
     fet.add_argument("dir", help="destination directory (created if missing)")
-    fet.add_argument("--format", choices=("safetensors", "pytorch", "onnx", "gguf"),
-                     help="hf:// repositories: the weights to download besides configs and tokenizers "
-                          "(default: safetensors, else PyTorch .bin/.pt)")  # fmt: skip
-    fet.add_argument("--include", action="append", metavar="GLOB",
-                     help="only files matching GLOB (relative path or base name; repeatable)")  # fmt: skip
-    fet.add_argument("--workers", type=int, default=None,
-                     help="objects downloaded at a time (default: env IB_FETCH_WORKERS, else 8)")  # fmt: skip
+    fet.add_argument(
+        "--format",
+        choices=("safetensors", "pytorch", "onnx", "gguf"),
+        help="hf:// repositories: the weights to download besides configs and tokenizers "
+        "(default: safetensors, else PyTorch .bin/.pt)",
+    )
+    fet.add_argument(
+        "--include",
+        action="append",
+        metavar="GLOB",
+        help="only files matching GLOB (relative path or base name; repeatable)",
+    )
+    fet.add_argument(
+        "--workers", type=int, default=None, help="objects downloaded at a time (default: env IB_FETCH_WORKERS, else 8)"
+    )
     fet.set_defaults(func=cmd_fetch)
     ben = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint with guidellm (JSON, PNG, table)")
     add_bench_arguments(ben)

@@ -30,8 +30,10 @@ def _prose(names: list[str], last: str) -> str:
 def inference_backend_crd() -> dict[str, Any]:
     rules = [{"rule": r.cel, "message": r.message} for r in spec_rules(REGISTRY)]
     engines = _prose([c.title for c in REGISTRY], "or")
-    backend = (f"auto (let the selection tree decide), {_prose([c.name for c in REGISTRY], 'or')}. An explicit "
-               "backend is honoured or refused with reasons, never replaced.")  # fmt: skip
+    backend = (
+        f"auto (let the selection tree decide), {_prose([c.name for c in REGISTRY], 'or')}. An explicit "
+        "backend is honoured or refused with reasons, never replaced."
+    )
     return _ib_crd(rules, engines, backend)
 
 

@@ -11,8 +11,9 @@ from inference_backend.facts import GPUFacts, HardwareClass, pod_selector
 from inference_backend.quantity import gib
 
 
-def bounded(items: tuple[str, ...] | list[str], max_items: int = api.MAX_REASONS,
-            max_length: int = api.MAX_REASON) -> list[str]:  # fmt: skip
+def bounded(
+    items: tuple[str, ...] | list[str], max_items: int = api.MAX_REASONS, max_length: int = api.MAX_REASON
+) -> list[str]:
     """At most ``max_items`` entries of at most ``max_length`` characters, whatever the cluster's size: the first
     ones and the last one are kept (the path's start and its conclusion), the middle is elided with a count."""
     out = [t if len(t) <= max_length else t[: max_length - 3] + "..." for t in items]
@@ -139,9 +140,11 @@ class Placement:
         if self.gpu is None:
             return f"CPU ({self.hardware.cpu_millis // 1000} cores, {gib(self.hardware.memory_bytes)} GiB)"
         if self.multi_node:
-            return (f"{self.pipeline_parallel} nodes x {self.gpus_per_node}x {self.gpu.product} "
-                    f"({self.gpu.memory_mib} MiB each; tensor parallel {self.gpus_per_node} in each node, pipeline "
-                    f"parallel {self.pipeline_parallel} across nodes)")  # fmt: skip
+            return (
+                f"{self.pipeline_parallel} nodes x {self.gpus_per_node}x {self.gpu.product} "
+                f"({self.gpu.memory_mib} MiB each; tensor parallel {self.gpus_per_node} in each node, pipeline "
+                f"parallel {self.pipeline_parallel} across nodes)"
+            )
         return f"{self.gpus_per_replica}x {self.gpu.product} ({self.gpu.memory_mib} MiB each)"
 
 
@@ -187,16 +190,23 @@ class MultiNode:
     """Usable nodes of this GPU kind in the cluster."""
 
     def describe(self) -> str:
-        return (f"{self.nodes} nodes x {self.gpus_per_node}x {self.gpu.product} (tensor parallel "
-                f"{self.gpus_per_node} in each node, pipeline parallel {self.nodes} across nodes)")  # fmt: skip
+        return (
+            f"{self.nodes} nodes x {self.gpus_per_node}x {self.gpu.product} (tensor parallel "
+            f"{self.gpus_per_node} in each node, pipeline parallel {self.nodes} across nodes)"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "backend": self.engine, "gpuProduct": self.gpu.product, "nodes": self.nodes,
-            "gpusPerNode": self.gpus_per_node, "tensorParallelSize": self.gpus_per_node,
-            "pipelineParallelSize": self.nodes, "requiredGiB": gib(self.required), "perNodeGiB": gib(self.per_node),
+            "backend": self.engine,
+            "gpuProduct": self.gpu.product,
+            "nodes": self.nodes,
+            "gpusPerNode": self.gpus_per_node,
+            "tensorParallelSize": self.gpus_per_node,
+            "pipelineParallelSize": self.nodes,
+            "requiredGiB": gib(self.required),
+            "perNodeGiB": gib(self.per_node),
             "availableNodes": self.available_nodes,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -209,9 +219,11 @@ class Memory:
 
     def to_api(self) -> api.MemoryReport:
         return api.MemoryReport(
-            weights_gi_b=gib(self.weights), kv_cache_gi_b=gib(self.kv_cache),
-            required_gi_b=gib(self.required), available_gi_b=gib(self.available),
-        )  # fmt: skip
+            weights_gi_b=gib(self.weights),
+            kv_cache_gi_b=gib(self.kv_cache),
+            required_gi_b=gib(self.required),
+            available_gi_b=gib(self.available),
+        )
 
 
 @dataclass(frozen=True)
@@ -282,8 +294,11 @@ class Decision:
         if self.estimate:
             out["estimate"] = dict(self.estimate)
         if self.plan is not None:
-            out["plan"] = {"tokensPerSequence": self.plan.tokens_per_sequence, "sequencesPerReplica":
-                           self.plan.sequences, "replicasNeeded": self.plan.replicas}  # fmt: skip
+            out["plan"] = {
+                "tokensPerSequence": self.plan.tokens_per_sequence,
+                "sequencesPerReplica": self.plan.sequences,
+                "replicasNeeded": self.plan.replicas,
+            }
             if self.plan.slots:
                 out["plan"]["slots"] = self.plan.slots
         if self.multi_node is not None:
@@ -308,11 +323,15 @@ class Decision:
         elif self.multi_node is not None:
             mn = self.multi_node
             placement = api.Placement(
-                accelerator="gpu", gpu_product=bounded([mn.gpu.product], 1, 253)[0],
+                accelerator="gpu",
+                gpu_product=bounded([mn.gpu.product], 1, 253)[0],
                 gpus_per_replica=mn.gpus_per_node * mn.nodes,
-                tensor_parallel_size=mn.gpus_per_node, gpu_resource=mn.gpu.resource, nodes=mn.nodes,
-                gpus_per_node=mn.gpus_per_node, pipeline_parallel_size=mn.nodes,
-            )  # fmt: skip
+                tensor_parallel_size=mn.gpus_per_node,
+                gpu_resource=mn.gpu.resource,
+                nodes=mn.nodes,
+                gpus_per_node=mn.gpus_per_node,
+                pipeline_parallel_size=mn.nodes,
+            )
         rejected = self.rejected[: api.MAX_REASONS]
         return api.Decision(
             reasons=bounded(self.reasons),

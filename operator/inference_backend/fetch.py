@@ -90,8 +90,9 @@ def _unlink_link(dir_fd: int, name: str, out: TextIO | None) -> bool:
         return False
     os.unlink(name, dir_fd=dir_fd)
     if out is not None:
-        print(f"fetch: removed the symbolic link {name} planted where fetch writes (never followed)", file=out,
-              flush=True)  # fmt: skip
+        print(
+            f"fetch: removed the symbolic link {name} planted where fetch writes (never followed)", file=out, flush=True
+        )
     return True
 
 
@@ -256,8 +257,15 @@ def _write_marker(dest: Path, dir_fd: int, marker: dict[str, Any], files: list[P
     os.replace(tmp, MARKER, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def fetch(uri: str, dest: str | Path, out: TextIO | None = None, *, fmt: str | None = None,
-          include: Sequence[str] = (), workers: int | None = None) -> list[Path]:  # fmt: skip
+def fetch(
+    uri: str,
+    dest: str | Path,
+    out: TextIO | None = None,
+    *,
+    fmt: str | None = None,
+    include: Sequence[str] = (),
+    workers: int | None = None,
+) -> list[Path]:
     """Copy ``uri`` (a file or a prefix) into ``dest``; returns the local files. Raises FetchError.
 
     ``fmt``: the weight format the engine reads (hf:// repositories; default safetensors). ``include``: glob
@@ -278,8 +286,9 @@ def fetch(uri: str, dest: str | Path, out: TextIO | None = None, *, fmt: str | N
         os.close(dir_fd)
 
 
-def _fetch_into(uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, fmt: str | None,
-                include: Sequence[str], n: int) -> list[Path]:  # fmt: skip
+def _fetch_into(
+    uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, fmt: str | None, include: Sequence[str], n: int
+) -> list[Path]:
     marker = _marker(uri, [*include, *([f"format={fmt}"] if fmt else [])])
     if _is_complete(dir_fd, marker):
         print(f"fetch {uri} -> {dest}: complete ({MARKER}), nothing to download", file=out, flush=True)
@@ -306,8 +315,9 @@ def _listed(dest: Path, dir_fd: int) -> list[Path]:
 # ---- object stores: s3://, gs://, https:// ---------------------------------------------------------------------
 
 
-def _fetch_fs(uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, include: Sequence[str],
-              workers: int) -> list[Path]:  # fmt: skip
+def _fetch_fs(
+    uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, include: Sequence[str], workers: int
+) -> list[Path]:
     fs = _filesystem(scheme)
     try:
         plan = _plan(fs, uri, scheme, include)
@@ -345,8 +355,7 @@ def _fetch_fs(uri: str, scheme: str, dest: Path, dir_fd: int, out: TextIO, inclu
     return targets
 
 
-def _copy(fs: Any, remote: str, dir_fd: int, name: str, size: int, rel: str, out: TextIO,
-          progress: _Progress) -> None:  # fmt: skip
+def _copy(fs: Any, remote: str, dir_fd: int, name: str, size: int, rel: str, out: TextIO, progress: _Progress) -> None:
     """One object into ``name`` under ``dir_fd`` through ``name.partial`` (created anew, never through a link)."""
     if regular_size(dir_fd, name) == size:
         progress.done(rel, size, skipped=True)
@@ -419,8 +428,7 @@ def hf_allow_patterns(files: Sequence[str], fmt: str | None) -> list[str]:
     return [*_SUPPORT_PATTERNS, *weights]
 
 
-def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Sequence[str],
-              workers: int) -> list[Path]:  # fmt: skip
+def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Sequence[str], workers: int) -> list[Path]:
     try:
         from huggingface_hub import HfApi, snapshot_download
         from huggingface_hub.errors import (
@@ -444,17 +452,28 @@ def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Seque
         else:
             listing = HfApi(endpoint=endpoint, token=token).list_repo_files(repo, revision=revision)
             patterns = hf_allow_patterns(listing, fmt)
-        print(f"fetch {uri} -> {dest}: snapshot of {repo}@{revision or 'main'}, files {patterns}, "
-              f"{workers} at a time", file=out, flush=True)  # fmt: skip
+        print(
+            f"fetch {uri} -> {dest}: snapshot of {repo}@{revision or 'main'}, files {patterns}, {workers} at a time",
+            file=out,
+            flush=True,
+        )
         remove_links(dest, out)  # huggingface_hub writes through paths: nothing in DIR may point elsewhere
         disable_progress_bars()  # one line per run in the pod's log, not a bar per file
-        path = snapshot_download(repo, revision=revision, local_dir=dest, allow_patterns=patterns, token=token,
-                                 endpoint=endpoint, max_workers=workers)  # fmt: skip
+        path = snapshot_download(
+            repo,
+            revision=revision,
+            local_dir=dest,
+            allow_patterns=patterns,
+            token=token,
+            endpoint=endpoint,
+            max_workers=workers,
+        )
     except GatedRepoError as exc:
         raise FetchError(f"{uri}: gated repository: the token in HF_TOKEN has no access ({_first_line(exc)})") from exc
     except RepositoryNotFoundError as exc:
-        raise FetchError(f"{uri}: repository {repo} not found, or private and HF_TOKEN has no access "
-                         f"({_first_line(exc)})") from exc  # fmt: skip
+        raise FetchError(
+            f"{uri}: repository {repo} not found, or private and HF_TOKEN has no access ({_first_line(exc)})"
+        ) from exc
     except RevisionNotFoundError as exc:
         raise FetchError(f"{uri}: revision {revision} not found in {repo}") from exc
     except EntryNotFoundError as exc:
@@ -464,8 +483,11 @@ def _fetch_hf(uri: str, dest: Path, out: TextIO, fmt: str | None, include: Seque
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise FetchError(f"{uri}: {type(exc).__name__}: {_first_line(exc)}") from exc
     root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.relative_to(root).parts
-                   and p.name not in (LOCK, MARKER))  # fmt: skip
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and ".cache" not in p.relative_to(root).parts and p.name not in (LOCK, MARKER)
+    )
     if not files:
         raise FetchError(f"{uri}: no files in {repo} match {patterns}")
     total = sum(p.stat().st_size for p in files)

@@ -131,8 +131,11 @@ def parse(registry: str | None = None, overrides: str | None = None, pull_secret
     where = f"global.imageRegistry ({REGISTRY_ENV})"
     reg = (registry or "").strip().rstrip("/") or None
     if reg is not None and not REGISTRY_RE.match(reg):
-        raise ImagePolicyError(where, f"{registry!r} is not a registry host[:port][/path] (no scheme, no tag, "
-                                      "lower-case path), e.g. registry.example.com:5000/mirror")  # fmt: skip
+        raise ImagePolicyError(
+            where,
+            f"{registry!r} is not a registry host[:port][/path] (no scheme, no tag, "
+            "lower-case path), e.g. registry.example.com:5000/mirror",
+        )
     parsed: dict[str, Override] = {}
     if overrides and overrides.strip():
         where = f"engineImages ({OVERRIDES_ENV})"
@@ -152,20 +155,31 @@ def parse(registry: str | None = None, overrides: str | None = None, pull_secret
                 raise ImagePolicyError(here, "must be an object with repository, tag and/or digest")
             unknown = sorted(set(value) - {"repository", "tag", "digest"})
             if unknown:
-                raise ImagePolicyError(f"engineImages.{key}.{unknown[0]} ({OVERRIDES_ENV})",
-                                       "unknown field; an image has repository, tag and digest")  # fmt: skip
-            o = Override(*(_text(value.get(k), f"engineImages.{key}.{k} ({OVERRIDES_ENV})")
-                           for k in ("repository", "tag", "digest")))  # fmt: skip
+                raise ImagePolicyError(
+                    f"engineImages.{key}.{unknown[0]} ({OVERRIDES_ENV})",
+                    "unknown field; an image has repository, tag and digest",
+                )
+            o = Override(
+                *(
+                    _text(value.get(k), f"engineImages.{key}.{k} ({OVERRIDES_ENV})")
+                    for k in ("repository", "tag", "digest")
+                )
+            )
             if o.repository is not None and not REPOSITORY_RE.match(o.repository):
-                raise ImagePolicyError(f"engineImages.{key}.repository ({OVERRIDES_ENV})",
-                                       f"{o.repository!r} is not a repository ([host[:port]/]path, lower-case, no "
-                                       "tag or digest)")  # fmt: skip
+                raise ImagePolicyError(
+                    f"engineImages.{key}.repository ({OVERRIDES_ENV})",
+                    f"{o.repository!r} is not a repository ([host[:port]/]path, lower-case, no tag or digest)",
+                )
             if o.tag is not None and not TAG_RE.match(o.tag):
-                raise ImagePolicyError(f"engineImages.{key}.tag ({OVERRIDES_ENV})",
-                                       f"{o.tag!r} is not a tag (letters, digits, _ . -, at most 128)")  # fmt: skip
+                raise ImagePolicyError(
+                    f"engineImages.{key}.tag ({OVERRIDES_ENV})",
+                    f"{o.tag!r} is not a tag (letters, digits, _ . -, at most 128)",
+                )
             if o.digest is not None and not DIGEST_RE.match(o.digest):
-                raise ImagePolicyError(f"engineImages.{key}.digest ({OVERRIDES_ENV})",
-                                       f"{o.digest!r} is not a digest (sha256: and 64 lower-case hex)")  # fmt: skip
+                raise ImagePolicyError(
+                    f"engineImages.{key}.digest ({OVERRIDES_ENV})",
+                    f"{o.digest!r} is not a digest (sha256: and 64 lower-case hex)",
+                )
             if o != Override():
                 parsed[key] = o
     secrets: list[str] = []
@@ -174,8 +188,10 @@ def parse(registry: str | None = None, overrides: str | None = None, pull_secret
         if not name:
             continue
         if not SECRET_RE.match(name) or len(name) > 253:
-            raise ImagePolicyError(f"engineImagePullSecrets ({PULL_SECRETS_ENV})",
-                                   f"{name!r} is not a Secret name (a lower-case DNS subdomain)")  # fmt: skip
+            raise ImagePolicyError(
+                f"engineImagePullSecrets ({PULL_SECRETS_ENV})",
+                f"{name!r} is not a Secret name (a lower-case DNS subdomain)",
+            )
         if name not in secrets:
             secrets.append(name)
     return Policy(reg, parsed, tuple(secrets))
@@ -189,12 +205,18 @@ def add_arguments(parser: argparse.ArgumentParser, environ: Mapping[str, str] | 
     """The policy's flags (``inference-backend operator`` takes their defaults from ``environ``; ``render`` from
     nothing); :func:`from_args` validates them."""
     env = environ or {}
-    parser.add_argument("--image-registry", default=env.get(REGISTRY_ENV, ""),
-                        help="registry mirror host[:port][/path] replacing the registry of every image the operator "
-                        f"picks (engines, fetch init container; env {REGISTRY_ENV})")  # fmt: skip
-    parser.add_argument("--image-overrides", default=env.get(OVERRIDES_ENV, ""),
-                        help='JSON {"<key>": {"repository": ..., "tag": ..., "digest": "sha256:..."}} per image; '
-                        f"keys: {', '.join(CATALOG)} (env {OVERRIDES_ENV})")  # fmt: skip
+    parser.add_argument(
+        "--image-registry",
+        default=env.get(REGISTRY_ENV, ""),
+        help="registry mirror host[:port][/path] replacing the registry of every image the operator "
+        f"picks (engines, fetch init container; env {REGISTRY_ENV})",
+    )
+    parser.add_argument(
+        "--image-overrides",
+        default=env.get(OVERRIDES_ENV, ""),
+        help='JSON {"<key>": {"repository": ..., "tag": ..., "digest": "sha256:..."}} per image; '
+        f"keys: {', '.join(CATALOG)} (env {OVERRIDES_ENV})",
+    )
     parser.add_argument(
         "--image-pull-secrets",
         default=env.get(PULL_SECRETS_ENV, ""),

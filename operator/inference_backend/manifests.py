@@ -134,8 +134,9 @@ def load(path: str | Path) -> tuple[list[InferenceBackend], list[Model], list[di
         elif kind == "ResourceSlice" and isinstance(doc.get("spec"), dict):
             nodes.append(doc)  # the devices of DRA drivers (facts/dra.py): `kubectl get nodes,resourceslices -o yaml`
         else:
-            raise ManifestError(f"{path}: unexpected kind {kind!r} (expected InferenceBackend, Model, Node or "
-                                "ResourceSlice)")  # fmt: skip
+            raise ManifestError(
+                f"{path}: unexpected kind {kind!r} (expected InferenceBackend, Model, Node or ResourceSlice)"
+            )
     return ibs, models, nodes
 
 

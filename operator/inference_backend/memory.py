@@ -35,7 +35,7 @@ __all__ = [
     "nearest_shape",
     "tensor_parallel_options",
     "weight_bytes",
-]  # fmt: skip
+]
 
 # Bytes per parameter of each weight dtype.
 DTYPE_BYTES: dict[str, float] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -44,13 +44,33 @@ DTYPE_BYTES: dict[str, float] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8
 # `llama-quantize`): q4_k_m 4.89 bpw, q8_0 8.5 bpw. AWQ/GPTQ: 4-bit with group-128 fp16 scales, embeddings and
 # LM head left in fp16: a Llama-2-7B AWQ/GPTQ checkpoint is ~3.9 GB, i.e. ~4.6 bits per parameter overall.
 QUANT_BYTES: dict[str, float] = {
-    "awq": 4.62 / 8, "gptq": 4.62 / 8, "bitsandbytes": 4.5 / 8, "fp8": 1.0, "int8": 1.0,
-    "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 8.5 / 8, "q6_k": 6.56 / 8, "q5_k_m": 5.69 / 8, "q5_k_s": 5.54 / 8,
-    "q5_0": 5.5 / 8, "q4_k_m": 4.89 / 8, "q4_k_s": 4.58 / 8, "q4_0": 4.5 / 8, "q3_k_m": 3.91 / 8, "q2_k": 3.35 / 8,
-}  # fmt: skip
+    "awq": 4.62 / 8,
+    "gptq": 4.62 / 8,
+    "bitsandbytes": 4.5 / 8,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 8.5 / 8,
+    "q6_k": 6.56 / 8,
+    "q5_k_m": 5.69 / 8,
+    "q5_k_s": 5.54 / 8,
+    "q5_0": 5.5 / 8,
+    "q4_k_m": 4.89 / 8,
+    "q4_k_s": 4.58 / 8,
+    "q4_0": 4.5 / 8,
+    "q3_k_m": 3.91 / 8,
+    "q2_k": 3.35 / 8,
+}
 KV_DTYPE_BYTES: dict[str, float] = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "q8_0": 8.5 / 8, "q4_0": 4.5 / 8,
-}  # fmt: skip
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "q8_0": 8.5 / 8,
+    "q4_0": 4.5 / 8,
+}
 
 # Runtime overhead per GPU: CUDA context, cuBLAS/NCCL workspaces, activations of one prefill (vLLM's profiling
 # run typically measures 1-3 GiB for 7B-70B models); on CPU the engine process and activations.
@@ -93,9 +113,7 @@ class Fit:
         return max(0.0, self.available - self.weights - self.overhead)
 
 
-def gpu_fit(
-    weights: float, min_kv: float, memory_per_gpu: float, fraction: float, gpus: int
-) -> Fit:  # fmt: skip
+def gpu_fit(weights: float, min_kv: float, memory_per_gpu: float, fraction: float, gpus: int) -> Fit:
     overhead = gpus * GPU_OVERHEAD_BYTES + GPU_OVERHEAD_WEIGHT_SHARE * weights
     available = fraction * memory_per_gpu * gpus
     return Fit(weights + overhead + min_kv <= available, gpus, weights, overhead, min_kv, available)
@@ -110,8 +128,9 @@ def cpu_fit(weights: float, min_kv: float, node_memory: float, fraction: float) 
 TP_WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
-def tensor_parallel_options(gpu_count: int, mig: bool, attention_heads: int = 0, kv_heads: int = 0,
-                            layer_split: bool = False) -> tuple[list[int], list[str]]:  # fmt: skip
+def tensor_parallel_options(
+    gpu_count: int, mig: bool, attention_heads: int = 0, kv_heads: int = 0, layer_split: bool = False
+) -> tuple[list[int], list[str]]:
     """The tensor-parallel widths one replica can take on one node, and why the others cannot.
 
     A width is a power of two up to the node's allocatable GPUs (not a divisor of the count: a node with 7

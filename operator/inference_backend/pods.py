@@ -19,8 +19,16 @@ from inference_backend.vocabulary import INSTANCE_LABEL, SPEC_HASH
 
 MAX_MESSAGE = 512
 MAX_PROBLEMS = 4
-SEVERITY = ("Unschedulable", "CreateContainerConfigError", "InvalidImageName", "ImagePullBackOff",
-            "CreateContainerError", "OOMKilled", "CrashLoopBackOff", "RunContainerError")  # fmt: skip
+SEVERITY = (
+    "Unschedulable",
+    "CreateContainerConfigError",
+    "InvalidImageName",
+    "ImagePullBackOff",
+    "CreateContainerError",
+    "OOMKilled",
+    "CrashLoopBackOff",
+    "RunContainerError",
+)
 """Pod problem reasons, worst first; any other waiting reason ranks after these."""
 BENIGN_WAITING = frozenset({"ContainerCreating", "PodInitializing"})
 IMAGE_PULL = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"})
@@ -95,12 +103,19 @@ def _container_problem(cs: Mapping[str, Any], spec: Mapping[str, Any], init: boo
     if last.get("reason") == "OOMKilled" and not cs.get("ready"):
         limit = _memory_limit(spec, str(cs.get("name")))
         within = f" (limit {limit})" if limit else ""
-        return PodProblem("OOMKilled", _cut(f"{name} was killed for exceeding its memory{within}, exit code "
-                                            f"{last.get('exitCode')}; restarting"))  # fmt: skip
+        return PodProblem(
+            "OOMKilled",
+            _cut(f"{name} was killed for exceeding its memory{within}, exit code {last.get('exitCode')}; restarting"),
+        )
     if reason in IMAGE_PULL:
-        return PodProblem("ImagePullBackOff", _cut(f'{name}: cannot pull image "{cs.get("image")}" ({reason})'
-                                                   if reason == "ErrImageNeverPull" else
-                                                   f'{name}: cannot pull image "{cs.get("image")}"'))  # fmt: skip
+        return PodProblem(
+            "ImagePullBackOff",
+            _cut(
+                f'{name}: cannot pull image "{cs.get("image")}" ({reason})'
+                if reason == "ErrImageNeverPull"
+                else f'{name}: cannot pull image "{cs.get("image")}"'
+            ),
+        )
     crashing = reason == "CrashLoopBackOff" or (last and not cs.get("ready") and int(cs.get("restartCount") or 0))
     if crashing and last.get("exitCode") not in (None, 0):
         why = f", {last['reason']}" if last.get("reason") else ""
@@ -135,8 +150,14 @@ def summarize(pod: Mapping[str, Any]) -> PodSummary | None:
         problems.append(PodProblem(_cut(st["reason"])[:63], _cut(st.get("message") or st["reason"])))
     problems.sort(key=lambda p: (rank(p.reason), p.message))
     spec_hash = (meta.get("annotations") or {}).get(SPEC_HASH)
-    return PodSummary(str(meta.get("name")), str(st.get("phase") or "Pending"), tuple(problems[:MAX_PROBLEMS]),
-                      since, str(spec_hash) if spec_hash else None, volume_bound)  # fmt: skip
+    return PodSummary(
+        str(meta.get("name")),
+        str(st.get("phase") or "Pending"),
+        tuple(problems[:MAX_PROBLEMS]),
+        since,
+        str(spec_hash) if spec_hash else None,
+        volume_bound,
+    )
 
 
 def stuck_since(pods: Iterable[PodSummary], spec_hash: str | None) -> tuple[float, str] | None:

@@ -72,8 +72,13 @@ def object_names(ib: InferenceBackend) -> dict[str, str]:
     PodDisruptionBudget take the InferenceBackend's name (a subdomain of at most names.MAX_NAME characters, which
     the CRD enforces), the Service a DNS-1035 label derived from it (names.service_name)."""
     name = ib.metadata.name
-    return {"Deployment": name, "Service": service_name(name), "PodDisruptionBudget": name, "ScaledObject": name,
-            "LeaderWorkerSet": lws_name(name)}  # fmt: skip
+    return {
+        "Deployment": name,
+        "Service": service_name(name),
+        "PodDisruptionBudget": name,
+        "ScaledObject": name,
+        "LeaderWorkerSet": lws_name(name),
+    }
 
 
 def claim_template_name(name: str) -> str:
@@ -158,8 +163,9 @@ def _tolerations(ib: InferenceBackend, decision: Decision) -> list[Json]:
     if p is None or p.gpu is None or p.gpu.dra:
         return own
     implicit = {"key": p.gpu.resource, "operator": "Exists", "effect": "NoSchedule"}
-    needed = any(t.key == p.gpu.resource and t.effect == "NoSchedule" and not tolerates(own, t)
-                 for t in p.hardware.taints)  # fmt: skip
+    needed = any(
+        t.key == p.gpu.resource and t.effect == "NoSchedule" and not tolerates(own, t) for t in p.hardware.taints
+    )
     return [*own, implicit] if needed else own
 
 
@@ -191,8 +197,7 @@ def _hardened(container: Json, run_as_user: int | None, read_only: bool = False)
     if not any(e.get("name") == "HOME" for e in env):
         env.append({"name": "HOME", "value": SCRATCH_DIR})
     mounts = [*(container.get("volumeMounts") or []), {"name": SCRATCH, "mountPath": SCRATCH_DIR}]
-    return {**container, "env": env, "volumeMounts": mounts,
-            "securityContext": sc | {"readOnlyRootFilesystem": True}}  # fmt: skip
+    return {**container, "env": env, "volumeMounts": mounts, "securityContext": sc | {"readOnlyRootFilesystem": True}}
 
 
 def literal(text: str) -> str:
@@ -215,8 +220,7 @@ def no_expansion(container: Json) -> Json:
         if key in out:
             out[key] = [literal(v) for v in out[key]]
     if "env" in out:
-        out["env"] = [{**e, "value": literal(e["value"])} if isinstance(e.get("value"), str) else e
-                      for e in out["env"]]  # fmt: skip
+        out["env"] = [{**e, "value": literal(e["value"])} if isinstance(e.get("value"), str) else e for e in out["env"]]
     return out
 
 
@@ -239,8 +243,9 @@ def _on_disk(volume: Json) -> bool:
     return isinstance(empty, dict) and empty.get("medium") != "Memory"
 
 
-def _check_cache(ib: InferenceBackend, decision: Decision, weights: str, security: Json,
-                 volumes: tuple[Json, ...]) -> None:  # fmt: skip
+def _check_cache(
+    ib: InferenceBackend, decision: Decision, weights: str, security: Json, volumes: tuple[Json, ...]
+) -> None:
     """spec.model.cache: refuse a claim whose given size cannot hold the weights; give the pod fsGroup 65532 (the
     fetch step's user) when it has none, so that the fetch init container can write into the claim (the kubelet
     makes the volume group-writable; OnRootMismatch: only when its root is not already so)."""
@@ -272,8 +277,9 @@ def _resolved_cache(ib: InferenceBackend, decision: Decision, host_paths: Sequen
     if m is None or m.cache is None:
         return decision
     path = m.cache.host_path
-    if path is not None and not any(path.rstrip("/") == p.rstrip("/") or path.startswith(p.rstrip("/") + "/")
-                                    for p in host_paths):  # fmt: skip
+    if path is not None and not any(
+        path.rstrip("/") == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in host_paths
+    ):
         allowed = ", ".join(host_paths) or "none"
         why = (
             f"{path} is not under a node path the operator allows ({allowed}: chart value modelCache.hostPathPrefixes)"
@@ -297,14 +303,22 @@ def weights_claim(ib: InferenceBackend, decision: Decision, lbl: dict[str, str])
     most = spec.replicas if spec.autoscaling is None else spec.autoscaling.max_replicas
     shared = most > 1 or (decision.placement is not None and decision.placement.multi_node)
     size = cache.size or _weights_quantity(decision)
-    return [{
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": weights_claim_name(ib.metadata.name), "namespace": ib.metadata.namespace or "default",
-                     "labels": dict(lbl)},
-        "spec": {"accessModes": ["ReadWriteMany" if shared else "ReadWriteOnce"],
-                 "storageClassName": cache.storage_class, "resources": {"requests": {"storage": str(size)}}},
-    }]  # fmt: skip
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": weights_claim_name(ib.metadata.name),
+                "namespace": ib.metadata.namespace or "default",
+                "labels": dict(lbl),
+            },
+            "spec": {
+                "accessModes": ["ReadWriteMany" if shared else "ReadWriteOnce"],
+                "storageClassName": cache.storage_class,
+                "resources": {"requests": {"storage": str(size)}},
+            },
+        }
+    ]
 
 
 def _weights_quantity(decision: Decision) -> str:
@@ -332,10 +346,15 @@ def selector_string(name: str) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector_of(name).items()))
 
 
-def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
-                  scaling: autoscaling.Settings = autoscaling.DEFAULT,
-                  image_policy: images.Policy = images.EMPTY, rollout: Context | None = None,
-                  host_paths: Sequence[str] = HOST_PATH_PREFIXES) -> Rendered:  # fmt: skip
+def render_result(
+    ib: InferenceBackend,
+    decision: Decision,
+    surge: bool | None = None,
+    scaling: autoscaling.Settings = autoscaling.DEFAULT,
+    image_policy: images.Policy = images.EMPTY,
+    rollout: Context | None = None,
+    host_paths: Sequence[str] = HOST_PATH_PREFIXES,
+) -> Rendered:
     """Everything ``render`` returns, plus the engine container, the spec hash and the notes. With
     spec.autoscaling the Deployment has no replicas (the autoscaler owns them, its REPLICAS_OWNER annotation says
     so) and a KEDA ScaledObject follows. ``image_policy``: the operator's mirror, image overrides and pull secrets
@@ -366,8 +385,12 @@ def render_result(ib: InferenceBackend, decision: Decision, surge: bool | None =
     if choice is not None and choice.surge is not None:
         surge = choice.surge
     deployment = _deployment(ib, decision, template, surge, lbl)
-    objects: list[Json] = [*claim, *weights_claim(ib, decision, lbl), deployment,
-                           *_service_and_pdb(ib, c, lbl, selector_labels(ib))]  # fmt: skip
+    objects: list[Json] = [
+        *claim,
+        *weights_claim(ib, decision, lbl),
+        deployment,
+        *_service_and_pdb(ib, c, lbl, selector_labels(ib)),
+    ]
     if spec.autoscaling is not None:
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
         objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
@@ -409,8 +432,12 @@ def _pod_spec(ib: InferenceBackend, decision: Decision, c: EngineContainer) -> J
     # The engine's own loader downloads into its model-cache emptyDir, unless the fetch step did (spec.model.cache,
     # a revision in the uri).
     fetched = any(i.get("name") == "fetch-model" for i in c.init_containers)
-    downloads = (decision.model is not None and (decision.model.uri or "").startswith("hf://") and caps.own_hf_loader
-                 and not fetched)  # fmt: skip
+    downloads = (
+        decision.model is not None
+        and (decision.model.uri or "").startswith("hf://")
+        and caps.own_hf_loader
+        and not fetched
+    )
     # A read-only root where the image runs as non-root (our runners, llama-server) and for the fetch step; the
     # engines whose images need root also write their caches under /root (their cards' run_as says so).
     read_only = caps.run_as_user is not None
@@ -422,8 +449,9 @@ def _pod_spec(ib: InferenceBackend, decision: Decision, c: EngineContainer) -> J
     if read_only or c.init_containers:
         volumes.append({"name": SCRATCH, "emptyDir": {}})
     if volumes:
-        pod_spec["volumes"] = [_sized(dict(v), weights if _holds_weights(v, downloads) else SMALL_DISK)
-                               for v in volumes]  # fmt: skip
+        pod_spec["volumes"] = [
+            _sized(dict(v), weights if _holds_weights(v, downloads) else SMALL_DISK) for v in volumes
+        ]
         if any(_on_disk(v) for v in volumes):
             # The weights land on node disk (emptyDir): request it, so the scheduler places the pod where it fits
             # and the kubelet evicts a pod that grows past it rather than the node filling up.
@@ -436,8 +464,9 @@ def _pod_spec(ib: InferenceBackend, decision: Decision, c: EngineContainer) -> J
     return pod_spec
 
 
-def _deployment(ib: InferenceBackend, decision: Decision, template: Json, surge: bool | None,
-                lbl: dict[str, str]) -> Json:  # fmt: skip
+def _deployment(
+    ib: InferenceBackend, decision: Decision, template: Json, surge: bool | None, lbl: dict[str, str]
+) -> Json:
     """The Deployment, complete: replicas (none with spec.autoscaling: the autoscaler owns them, the annotation says
     so), the rollout strategy (``surge``: chosen by the operator; None renders spec.rollout as it can be offline)."""
     spec = ib.spec
@@ -475,18 +504,22 @@ def claim_template(ib: InferenceBackend, decision: Decision, lbl: dict[str, str]
     p = decision.placement
     assert p is not None and p.gpu is not None and p.gpu.dra
     driver = p.gpu.dra
-    expr = " && ".join(f"device.attributes[{_cel_string(driver)}].{k.split('/', 1)[1]} == {_cel_string(v)}"
-                       for k, v in p.gpu.selector)  # fmt: skip
+    expr = " && ".join(
+        f"device.attributes[{_cel_string(driver)}].{k.split('/', 1)[1]} == {_cel_string(v)}" for k, v in p.gpu.selector
+    )
     request: Json = {"deviceClassName": p.gpu.resource, "allocationMode": "ExactCount", "count": p.gpus_per_node}
     if expr:
         request["selectors"] = [{"cel": {"expression": expr}}]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": claim_template_name(ib.metadata.name), "namespace": ib.metadata.namespace or "default",
-                     "labels": dict(lbl)},
+        "metadata": {
+            "name": claim_template_name(ib.metadata.name),
+            "namespace": ib.metadata.namespace or "default",
+            "labels": dict(lbl),
+        },
         "spec": {"spec": {"devices": {"requests": [{"name": DRA_CLAIM, "exactly": request}]}}},
-    }  # fmt: skip
+    }
 
 
 def _dra_claim(ib: InferenceBackend, decision: Decision, pod_spec: Json, annotations: dict[str, str]) -> list[Json]:
@@ -502,8 +535,9 @@ def _dra_claim(ib: InferenceBackend, decision: Decision, pod_spec: Json, annotat
     return [claim_template(ib, decision, lbl)]
 
 
-def _service_and_pdb(ib: InferenceBackend, c: EngineContainer, lbl: dict[str, str],
-                     serving: dict[str, str]) -> list[Json]:  # fmt: skip
+def _service_and_pdb(
+    ib: InferenceBackend, c: EngineContainer, lbl: dict[str, str], serving: dict[str, str]
+) -> list[Json]:
     """The Service over the pods that serve the API (``serving``: every replica's pod, or only the leaders of a
     LeaderWorkerSet), and a PodDisruptionBudget over the replicas when there are several."""
     names = object_names(ib)
@@ -521,12 +555,14 @@ def _service_and_pdb(ib: InferenceBackend, c: EngineContainer, lbl: dict[str, st
     spec = ib.spec
     most = spec.replicas if spec.autoscaling is None else spec.autoscaling.max_replicas
     if most > 1:
-        objects.append({
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": {"name": names["PodDisruptionBudget"], "namespace": namespace, "labels": dict(lbl)},
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving}},
-        })  # fmt: skip
+        objects.append(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "PodDisruptionBudget",
+                "metadata": {"name": names["PodDisruptionBudget"], "namespace": namespace, "labels": dict(lbl)},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": serving}},
+            }
+        )
     return objects
 
 
@@ -540,11 +576,10 @@ def _spread(template: Json, ib: InferenceBackend) -> None:
     affinity on the group key plus an anti-affinity against other groups), so with kubernetes.io/hostname it would
     try to put a whole group on one node, the opposite of what a replica larger than a node needs."""
     term = {
-        "labelSelector": {"matchLabels": {INSTANCE_LABEL: label_value(ib.metadata.name),
-                                          MANAGED_BY_LABEL: MANAGED_BY}},
+        "labelSelector": {"matchLabels": {INSTANCE_LABEL: label_value(ib.metadata.name), MANAGED_BY_LABEL: MANAGED_BY}},
         "matchLabelKeys": [GROUP_KEY_LABEL],
         "topologyKey": HOSTNAME_LABEL,
-    }  # fmt: skip
+    }
     affinity = template["spec"].setdefault("affinity", {})
     affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
 
@@ -562,8 +597,14 @@ def lws_name(name: str) -> str:
     return dns1035_label(f"{name}-lws", 40)
 
 
-def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, template: Json,
-                image_policy: images.Policy, claim: list[Json]) -> Rendered:  # fmt: skip
+def _multi_node(
+    ib: InferenceBackend,
+    decision: Decision,
+    c: EngineContainer,
+    template: Json,
+    image_policy: images.Policy,
+    claim: list[Json],
+) -> Rendered:
     """A replica over several nodes: one LeaderWorkerSet group per replica, of ``nodes`` pods (a leader, which serves
     the API, and nodes - 1 workers), each on its own node with the node's GPUs; the Service selects the leaders."""
     assert decision.placement is not None and decision.backend is not None
@@ -602,10 +643,12 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
             # once every rank has joined its distributed group, so LeaderReady would wait forever.
             "startupPolicy": "LeaderCreated",
             # no spare GPU nodes to surge into: replace one group at a time, as the Deployments do
-            "rolloutStrategy": {"type": "RollingUpdate",
-                                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+            },
         },
-    }  # fmt: skip
+    }
     if ib.spec.autoscaling is not None:
         raise InvalidSpec(
             "spec.autoscaling",
@@ -617,9 +660,13 @@ def _multi_node(ib: InferenceBackend, decision: Decision, c: EngineContainer, te
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 
-def render(ib: InferenceBackend, decision: Decision, surge: bool | None = None,
-           scaling: autoscaling.Settings = autoscaling.DEFAULT,
-           image_policy: images.Policy = images.EMPTY) -> list[Json]:  # fmt: skip
+def render(
+    ib: InferenceBackend,
+    decision: Decision,
+    surge: bool | None = None,
+    scaling: autoscaling.Settings = autoscaling.DEFAULT,
+    image_policy: images.Policy = images.EMPTY,
+) -> list[Json]:
     """The Deployment (a LeaderWorkerSet when one replica spans nodes), Service (and PodDisruptionBudget when
     replicas, or autoscaling.maxReplicas, > 1) of one InferenceBackend, and with spec.autoscaling its KEDA
     ScaledObject. ``surge``: the rollout strategy the operator chose (rollout.py); None renders spec.rollout as it

@@ -91,8 +91,14 @@ class Context:
     """The Deployment serving now (None before the first apply)."""
 
 
-def choose(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[HardwareClass, tuple[str, ...]],
-           others: Mapping[Pool, int], live: Live | None, new_hash: str | None) -> Choice:  # fmt: skip
+def choose(
+    spec: InferenceBackendSpec,
+    decision: Decision,
+    cluster: Mapping[HardwareClass, tuple[str, ...]],
+    others: Mapping[Pool, int],
+    live: Live | None,
+    new_hash: str | None,
+) -> Choice:
     """The rollout strategy for ``decision``'s Deployment. ``others``: devices per pool other backends reserve;
     ``live``: the Deployment serving now (None before the first apply); ``new_hash``: the rendered template's."""
     placement = decision.placement
@@ -110,15 +116,25 @@ def choose(spec: InferenceBackendSpec, decision: Decision, cluster: Mapping[Hard
     if live is not None and live.spec_hash == new_hash and live.surge is not None:
         # Rolled out (or rolling) with the live choice: a change of free capacity alone never rewrites it.
         how = "surge" if live.surge else "recreate"
-        return Choice(live.surge, f"auto: {how}, chosen when the current template was rolled out",
-                      1 if live.surge and live.in_flight else 0, kept=True)  # fmt: skip
+        return Choice(
+            live.surge,
+            f"auto: {how}, chosen when the current template was rolled out",
+            1 if live.surge and live.in_flight else 0,
+            kept=True,
+        )
     pool = pool_of(gpu)
     usable, _ = usable_classes(spec.hardware, cluster)
     classes = [(u.hardware, u.nodes) for u in usable]
     free = capacity(pool, classes) - reserved(pool, others, classes) - per * spec.replicas
     where = f"{gpu.product} ({gpu.resource})"
     if free >= per:
-        return Choice(True, f"auto: surge, {free} free {where} hold one more replica's {per} while pods are replaced",
-                      1 if pending else 0)  # fmt: skip
-    return Choice(False, f"auto: recreate, {max(free, 0)} free {where} cannot hold one more replica's {per}: "
-                         "one old pod stops before its replacement starts")  # fmt: skip
+        return Choice(
+            True,
+            f"auto: surge, {free} free {where} hold one more replica's {per} while pods are replaced",
+            1 if pending else 0,
+        )
+    return Choice(
+        False,
+        f"auto: recreate, {max(free, 0)} free {where} cannot hold one more replica's {per}: "
+        "one old pod stops before its replacement starts",
+    )

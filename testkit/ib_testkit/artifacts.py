@@ -23,8 +23,9 @@ import numpy as np
 Shapes = dict[str, tuple[int, ...]]
 
 
-def llama_shapes(hidden: int, layers: int, heads: int, kv_heads: int, inter: int, vocab: int,
-                 tie: bool = False) -> Shapes:  # fmt: skip
+def llama_shapes(
+    hidden: int, layers: int, heads: int, kv_heads: int, inter: int, vocab: int, tie: bool = False
+) -> Shapes:
     head_dim = hidden // heads
     out: Shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
     for i in range(layers):
@@ -86,14 +87,27 @@ def tokenizer_json(tokens: list[str], added: int = 0) -> dict[str, Any]:
     }
 
 
-def hf_dir(out: Path, config: dict[str, Any], shapes: Shapes, dtype: str = "bfloat16", shards: int = 1,
-           tokens: list[str] | None = None, tensor_dtypes: dict[str, str] | None = None) -> Path:  # fmt: skip
+def hf_dir(
+    out: Path,
+    config: dict[str, Any],
+    shapes: Shapes,
+    dtype: str = "bfloat16",
+    shards: int = 1,
+    tokens: list[str] | None = None,
+    tensor_dtypes: dict[str, str] | None = None,
+) -> Path:
     """A Hugging Face model directory: config.json, the tensors (zeros) in ``shards`` safetensors files (with
     model.safetensors.index.json when sharded) and, given ``tokens``, a tokenizer.json."""
     from safetensors.numpy import save_file
 
-    np_dtypes = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float16, "int32": np.int32,
-                 "uint8": np.uint8, "int8": np.int8}  # fmt: skip
+    np_dtypes = {
+        "float32": np.float32,
+        "float16": np.float16,
+        "bfloat16": np.float16,
+        "int32": np.int32,
+        "uint8": np.uint8,
+        "int8": np.int8,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2))
     names = list(shapes)
@@ -130,8 +144,18 @@ def _relabel(path: Path, old: str, new: str, keep: set[str]) -> None:
     path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n :])
 
 
-def moe_gguf(path: Path, *, layers: int = 2, embd: int = 64, heads: int = 4, kv_heads: int = 2, ff: int = 96,
-             vocab: list[str], experts: int = 4, used: int = 2) -> Path:  # fmt: skip
+def moe_gguf(
+    path: Path,
+    *,
+    layers: int = 2,
+    embd: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    ff: int = 96,
+    vocab: list[str],
+    experts: int = 4,
+    used: int = 2,
+) -> Path:
     """A Mixtral-style GGUF: llama architecture, F16 weights, ffn_{gate,up,down}_exps tensors of ``experts``."""
     import gguf
 
@@ -177,8 +201,9 @@ def moe_gguf(path: Path, *, layers: int = 2, embd: int = 64, heads: int = 4, kv_
     return path
 
 
-def onnx_graph(path: Path, *, layers: int, kv_heads: int, head_dim: int, shapes: Shapes,
-               dtype: str = "float32") -> Path:  # fmt: skip
+def onnx_graph(
+    path: Path, *, layers: int, kv_heads: int, head_dim: int, shapes: Shapes, dtype: str = "float32"
+) -> Path:
     """An ONNX model: ``shapes`` as initializers (plus an int64 shape constant, not a weight) and KV-cache inputs
     past_key_N / past_value_N [batch, kv_heads, past, head_dim]; one Identity node per initializer keeps it valid."""
     import onnx
@@ -190,8 +215,11 @@ def onnx_graph(path: Path, *, layers: int, kv_heads: int, head_dim: int, shapes:
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])]
     for i in range(layers):
         for kind in ("key", "value"):
-            inputs.append(helper.make_tensor_value_info(f"past_{kind}_{i}", TensorProto.FLOAT,
-                                                        ["batch", kv_heads, "past", head_dim]))  # fmt: skip
+            inputs.append(
+                helper.make_tensor_value_info(
+                    f"past_{kind}_{i}", TensorProto.FLOAT, ["batch", kv_heads, "past", head_dim]
+                )
+            )
     nodes = [helper.make_node("Identity", [init.name], [f"out_{k}"]) for k, init in enumerate(inits)]
     outputs = [
         helper.make_tensor_value_info(f"out_{k}", init.data_type, list(init.dims)) for k, init in enumerate(inits)

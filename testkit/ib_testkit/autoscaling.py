@@ -165,9 +165,23 @@ def make_certs(out: Path, ips: list[str], dns: list[str]) -> Path:
         subprocess.run(["openssl", *args], check=True, capture_output=True)
 
     ssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(out / "ca.key"))
-    ssl("req", "-x509", "-new", "-key", str(out / "ca.key"), "-subj", "/CN=ib-e2e-keda-ca", "-days", "2",
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        "-out", str(out / "ca.crt"))  # fmt: skip
+    ssl(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        str(out / "ca.key"),
+        "-subj",
+        "/CN=ib-e2e-keda-ca",
+        "-days",
+        "2",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+        "-out",
+        str(out / "ca.crt"),
+    )
     san = ",".join([*(f"IP:{ip}" for ip in ips), *(f"DNS:{d}" for d in dns)])
     (out / "tls.ext").write_text(
         "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -176,8 +190,24 @@ def make_certs(out: Path, ips: list[str], dns: list[str]) -> Path:
     ssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(out / "tls.key"))
     ssl("req", "-new", "-key", str(out / "tls.key"), "-subj", "/CN=keda", "-out", str(out / "tls.csr"))
     ca, ca_key = str(out / "ca.crt"), str(out / "ca.key")
-    ssl("x509", "-req", "-in", str(out / "tls.csr"), "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
-        "-days", "2", "-sha256", "-extfile", str(out / "tls.ext"), "-out", str(out / "tls.crt"))  # fmt: skip
+    ssl(
+        "x509",
+        "-req",
+        "-in",
+        str(out / "tls.csr"),
+        "-CA",
+        ca,
+        "-CAkey",
+        ca_key,
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-sha256",
+        "-extfile",
+        str(out / "tls.ext"),
+        "-out",
+        str(out / "tls.crt"),
+    )
     return out
 
 
@@ -354,9 +384,14 @@ class Keda:
             },
         ]
         self.kubectl(
-            "apply", "--server-side", "--force-conflicts", "--field-manager=ib-e2e", "-f", "-",
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=ib-e2e",
+            "-f",
+            "-",
             stdin=yaml.safe_dump_all(docs),
-        )  # fmt: skip
+        )
 
     def check_alive(self) -> None:
         for p in self.procs:

@@ -7,10 +7,16 @@ from typing import Any
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 OPERATOR_REF = "internal.example.com/ib/operator"
-ZONE_SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-               "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "inference-backend"}}}  # fmt: skip
-PREFER_SYSTEM = {"weight": 1, "preference": {"matchExpressions": [{"key": "pool", "operator": "In",
-                                                                   "values": ["system"]}]}}  # fmt: skip
+ZONE_SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "topology.kubernetes.io/zone",
+    "whenUnsatisfiable": "ScheduleAnyway",
+    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "inference-backend"}},
+}
+PREFER_SYSTEM = {
+    "weight": 1,
+    "preference": {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]},
+}
 # fmt: off
 BRANCHES: dict[str, dict[str, Any]] = {
     "defaults": {},

@@ -79,8 +79,12 @@ def chart_helm_args() -> tuple[str, ...]:
 def chart_operator_container(*helm_args: str, namespace: str = SYSTEM_NS) -> dict[str, Any]:
     """The operator container of the chart's Deployment exactly as `helm template` renders it (default values unless
     helm_args set some): its command, args and env are what a cluster runs."""
-    res = subprocess.run([tool("helm"), "template", RELEASE, str(CHART), "--namespace", namespace, *helm_args],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [tool("helm"), "template", RELEASE, str(CHART), "--namespace", namespace, *helm_args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if res.returncode != 0:
         raise AssertionError(f"helm template {CHART} failed: {res.stderr}")
     deployments = [d for d in yaml.safe_load_all(res.stdout) if d and d.get("kind") == "Deployment"]
@@ -145,8 +149,13 @@ class Operator:
         self.proc: subprocess.Popen[bytes] | None = None
         self.argv: list[str] = []
 
-    def start(self, priority: int | None = None, env: dict[str, str] | None = None,
-              peering: str | None = FROM_CHART, metrics_port: int = 0) -> None:  # fmt: skip
+    def start(
+        self,
+        priority: int | None = None,
+        env: dict[str, str] | None = None,
+        peering: str | None = FROM_CHART,
+        metrics_port: int = 0,
+    ) -> None:
         """peering: the chart's --peering as rendered (FROM_CHART), another name, or None for standalone mode (the
         chart's --peering dropped); env: set over the chart's; metrics_port: 0 (off) unless a test scrapes it."""
         argv, chart_env = chart_operator_process(chart_operator_container(*self.helm_args), metrics_port=metrics_port)
@@ -223,8 +232,9 @@ def restart_component(e2e_dir: Path, name: str, sig: int = signal.SIGTERM) -> No
         time.sleep(0.1)
     for _ in range(10):
         with (e2e_dir / "logs" / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(cmdline, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                cmdline, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         try:
             proc.wait(timeout=3)  # died at once: its port is not free yet (the kernel still closing the old one)
         except subprocess.TimeoutExpired:

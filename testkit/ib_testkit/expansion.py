@@ -102,8 +102,9 @@ def kubelet_binary() -> Path | None:
     return found[-1] if found else None
 
 
-def kubelet(cases: Sequence[tuple[Sequence[tuple[str, str]], Sequence[str]]],
-            binary: Path) -> list[tuple[list[str], list[str]]]:  # fmt: skip
+def kubelet(
+    cases: Sequence[tuple[Sequence[tuple[str, str]], Sequence[str]]], binary: Path
+) -> list[tuple[list[str], list[str]]]:
     """The real Go expansion over ``cases`` ((env pairs, texts) each): (expanded texts, expanded env values)."""
     body = {"cases": [{"env": [list(p) for p in env], "texts": list(texts)} for env, texts in cases]}
     res = subprocess.run([str(binary)], input=json.dumps(body), capture_output=True, text=True, check=True)

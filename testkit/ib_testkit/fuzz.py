@@ -91,9 +91,16 @@ def cel_messages() -> set[str]:
 _SCHEMA = spec_schema()
 _VALIDATOR = jsonschema.Draft7Validator(_SCHEMA)
 NAMES = st.sampled_from(["llama-chat", "llama.chat", "1abc", "qwen2.5-7b-instruct", "a" * 63, "b" * 64, "c" * 242])
-_URIS = st.sampled_from(["hf://Qwen/Qwen2.5-0.5B-Instruct", "hf://bartowski/L-GGUF/L-Q4_K_M.gguf",
-                         "s3://bucket/m/model.onnx", "pvc://weights/llama", "oci://registry.example.com/m:1",
-                         "gs://b/m.pt"])  # fmt: skip
+_URIS = st.sampled_from(
+    [
+        "hf://Qwen/Qwen2.5-0.5B-Instruct",
+        "hf://bartowski/L-GGUF/L-Q4_K_M.gguf",
+        "s3://bucket/m/model.onnx",
+        "pvc://weights/llama",
+        "oci://registry.example.com/m:1",
+        "gs://b/m.pt",
+    ]
+)
 _PARAMS = st.sampled_from(["0.5B", "1.5B", "8B", "70B", "0.001K", "9999.9999T", "350M"])
 
 
@@ -120,16 +127,25 @@ def backends(draw: st.DrawFn) -> Json:
     spec: Json = draw(from_schema(_SCHEMA))  # type: ignore[arg-type]  # the spec schema is an object
     if draw(st.integers(0, 3)):
         spec = _plausible(spec, draw(_URIS), draw(_PARAMS))
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": draw(NAMES), "namespace": "default"}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": draw(NAMES), "namespace": "default"},
+        "spec": spec,
+    }
 
 
 _GARBAGE = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False), st.just(1e400), st.text(max_size=12), st.lists(st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
+    st.just(1e400),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=2),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     st.sampled_from(["1e400", "-1", "16Gi", "1.5", "0", "NaN", "8Ei", "1e99", "", " 4", "4 ", "0x10"]),
-)  # fmt: skip
+)
 _LABEL_KEYS = st.sampled_from(
     [
         "nvidia.com/gpu.product",
@@ -142,8 +158,17 @@ _LABEL_KEYS = st.sampled_from(
         "kubernetes.io/arch",
     ]
 )
-_ALLOC_KEYS = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb",
-                               "nvidia.com/mig-", "nvidia.com/mig-xx"])  # fmt: skip
+_ALLOC_KEYS = st.sampled_from(
+    [
+        "cpu",
+        "memory",
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "nvidia.com/mig-",
+        "nvidia.com/mig-xx",
+    ]
+)
 
 
 @st.composite

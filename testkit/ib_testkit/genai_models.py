@@ -17,14 +17,33 @@ from pathlib import Path
 BUILD_EP = {"fp32": "cpu", "int4": "cpu", "fp16": "cuda"}
 
 
-def build_genai(hf_dir: Path, out: Path, precision: str, ep: str | None = None, timeout: float = 900,
-                extra_options: tuple[str, ...] = ()) -> Path:  # fmt: skip
+def build_genai(
+    hf_dir: Path,
+    out: Path,
+    precision: str,
+    ep: str | None = None,
+    timeout: float = 900,
+    extra_options: tuple[str, ...] = (),
+) -> Path:
     """Run genai's model builder (`-p precision -e ep [--extra_options KEY=VALUE ...]`) on hf_dir into out; reuse a
     finished build."""
     if (out / "genai_config.json").exists():
         return out
-    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out),
-           "-p", precision, "-e", ep or BUILD_EP[precision], "-c", str(out.parent / f".{out.name}-cache")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "onnxruntime_genai.models.builder",
+        "-i",
+        str(hf_dir),
+        "-o",
+        str(out),
+        "-p",
+        precision,
+        "-e",
+        ep or BUILD_EP[precision],
+        "-c",
+        str(out.parent / f".{out.name}-cache"),
+    ]
     if extra_options:
         cmd += ["--extra_options", *extra_options]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -27,64 +27,104 @@ NFD_STATIC = {
 }
 
 
-def _base(name: str, alloc: dict[str, Any], labels: dict[str, str], taints: list[dict[str, str]] | None = None
-          ) -> dict[str, Any]:  # fmt: skip
+def _base(
+    name: str, alloc: dict[str, Any], labels: dict[str, str], taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
     lab = {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name, **labels}
     return {
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": lab},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": lab},
         "spec": {"taints": taints} if taints else {},
-        "status": {"allocatable": alloc, "capacity": dict(alloc),
-                   "conditions": [{"type": "Ready", "status": "True"}]},
-    }  # fmt: skip
+        "status": {"allocatable": alloc, "capacity": dict(alloc), "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
-def gfd_node(name: str, gpu: str, count: int, rnd: random.Random | None = None, zone: str = "us-east-1a",
-             cpu: str = "190", memory: str = "1900Gi") -> dict[str, Any]:  # fmt: skip
+def gfd_node(
+    name: str,
+    gpu: str,
+    count: int,
+    rnd: random.Random | None = None,
+    zone: str = "us-east-1a",
+    cpu: str = "190",
+    memory: str = "1900Gi",
+) -> dict[str, Any]:
     """A GPU node as the NVIDIA GPU operator labels it (GFD + NFD), with the per-node labels they write."""
     rnd = rnd or random.Random(name)
     product, mem, major, minor, family, machine = GFD[gpu]
     labels = {
-        "nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product, "nvidia.com/gpu.memory": str(mem),
-        "nvidia.com/gpu.count": str(count), "nvidia.com/gpu.family": family, "nvidia.com/gpu.machine": machine,
-        "nvidia.com/cuda.compute.major": str(major), "nvidia.com/cuda.compute.minor": str(minor),
-        "nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.minor": "127",
-        "nvidia.com/cuda.driver.rev": "08", "nvidia.com/cuda.runtime.major": "12", "nvidia.com/cuda.runtime.minor": "4",
-        "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none", "nvidia.com/mig.capable": "false",
-        "nvidia.com/mps.capable": "false", "nvidia.com/gpu.compute.major": str(major),
-        "nvidia.com/gpu.deploy.driver": "true", "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": str(mem),
+        "nvidia.com/gpu.count": str(count),
+        "nvidia.com/gpu.family": family,
+        "nvidia.com/gpu.machine": machine,
+        "nvidia.com/cuda.compute.major": str(major),
+        "nvidia.com/cuda.compute.minor": str(minor),
+        "nvidia.com/cuda.driver.major": "550",
+        "nvidia.com/cuda.driver.minor": "127",
+        "nvidia.com/cuda.driver.rev": "08",
+        "nvidia.com/cuda.runtime.major": "12",
+        "nvidia.com/cuda.runtime.minor": "4",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+        "nvidia.com/mig.capable": "false",
+        "nvidia.com/mps.capable": "false",
+        "nvidia.com/gpu.compute.major": str(major),
+        "nvidia.com/gpu.deploy.driver": "true",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
         "nvidia.com/gpu-driver-upgrade-state": rnd.choice(["upgrade-done", "upgrade-required"]),
         # per node: GFD's last labelling time, NFD's kernel build
         "nvidia.com/gfd.timestamp": str(1_700_000_000 + rnd.randrange(10**7)),
         "feature.node.kubernetes.io/kernel-version.full": rnd.choice(["5.15.0-1051-aws", "5.15.0-1052-aws"]),
         "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
         **NFD_STATIC,
-        "topology.kubernetes.io/zone": zone, "node.kubernetes.io/instance-type": machine,
-    }  # fmt: skip
+        "topology.kubernetes.io/zone": zone,
+        "node.kubernetes.io/instance-type": machine,
+    }
     alloc = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(count), "ephemeral-storage": "900Gi"}
     return _base(name, alloc, labels)
 
 
-def gke_node(name: str, accelerator: str, count: int, machine: str, partition: str | None = None,
-             cpu: str = "200", memory: str = "1800Gi") -> dict[str, Any]:  # fmt: skip
+def gke_node(
+    name: str,
+    accelerator: str,
+    count: int,
+    machine: str,
+    partition: str | None = None,
+    cpu: str = "200",
+    memory: str = "1800Gi",
+) -> dict[str, Any]:
     """A GKE GPU node: gke-accelerator label and GKE's nvidia.com/gpu=present:NoSchedule taint, no GFD."""
-    labels = {"cloud.google.com/gke-accelerator": accelerator, "cloud.google.com/gke-nodepool": "gpu-pool",
-              "node.kubernetes.io/instance-type": machine, "cloud.google.com/gke-gpu": "true"}  # fmt: skip
+    labels = {
+        "cloud.google.com/gke-accelerator": accelerator,
+        "cloud.google.com/gke-nodepool": "gpu-pool",
+        "node.kubernetes.io/instance-type": machine,
+        "cloud.google.com/gke-gpu": "true",
+    }
     if partition:
         labels["cloud.google.com/gke-gpu-partition-size"] = partition
     alloc = {"cpu": cpu, "memory": memory, "pods": "110", "nvidia.com/gpu": str(count)}
     return _base(name, alloc, labels, [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
 
 
-def instance_node(name: str, instance_type: str, count: int, resource: str = "nvidia.com/gpu",
-                  extra: dict[str, str] | None = None, cpu: str = "190", memory: str = "1900Gi"
-                  ) -> dict[str, Any]:  # fmt: skip
+def instance_node(
+    name: str,
+    instance_type: str,
+    count: int,
+    resource: str = "nvidia.com/gpu",
+    extra: dict[str, str] | None = None,
+    cpu: str = "190",
+    memory: str = "1900Gi",
+) -> dict[str, Any]:
     """A cloud node with only the well-known instance-type label (EKS/AKS managed node groups without GFD)."""
     alloc = {"cpu": cpu, "memory": memory, "pods": "110", resource: str(count)}
     return _base(name, alloc, {"node.kubernetes.io/instance-type": instance_type, **(extra or {})})
 
 
-def amd_node(name: str, count: int, labels: dict[str, str] | None = None, cpu: str = "190",
-             memory: str = "1800Gi") -> dict[str, Any]:  # fmt: skip
+def amd_node(
+    name: str, count: int, labels: dict[str, str] | None = None, cpu: str = "190", memory: str = "1800Gi"
+) -> dict[str, Any]:
     """An AMD Instinct node: amd.com/gpu from the ROCm device plugin, labels from its node labeller."""
     alloc = {"cpu": cpu, "memory": memory, "pods": "110", "amd.com/gpu": str(count)}
     return _base(name, alloc, labels or {})
@@ -112,9 +152,15 @@ def real_cluster(n: int, seed: int = 7) -> list[dict[str, Any]]:
         elif pick < 0.7:
             nodes.append(gke_node(name, "nvidia-h100-80gb", 8, "a3-highgpu-8g"))
         else:
-            cpu = _base(name, {"cpu": "31", "memory": "120Gi", "pods": "110"},
-                        {**NFD_STATIC, "topology.kubernetes.io/zone": zone,
-                         "feature.node.kubernetes.io/kernel-version.full": rnd.choice(["6.1.0-a", "6.1.0-b"]),
-                         "node.kubernetes.io/instance-type": "m6i.8xlarge"})  # fmt: skip
+            cpu = _base(
+                name,
+                {"cpu": "31", "memory": "120Gi", "pods": "110"},
+                {
+                    **NFD_STATIC,
+                    "topology.kubernetes.io/zone": zone,
+                    "feature.node.kubernetes.io/kernel-version.full": rnd.choice(["6.1.0-a", "6.1.0-b"]),
+                    "node.kubernetes.io/instance-type": "m6i.8xlarge",
+                },
+            )
             nodes.append(cpu)
     return nodes

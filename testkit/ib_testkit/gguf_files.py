@@ -18,8 +18,19 @@ UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64,
 F32, Q4_K, Q6_K = 0, 12, 14
 """ggml types (ggml.h enum ggml_type)."""
 _BLOCK = {F32: (1, 4), Q4_K: (256, 144), Q6_K: (256, 210)}
-_FMT = {UINT8: "B", INT8: "b", UINT16: "H", INT16: "h", UINT32: "I", INT32: "i", FLOAT32: "f", BOOL: "?",
-        UINT64: "Q", INT64: "q", FLOAT64: "d"}  # fmt: skip
+_FMT = {
+    UINT8: "B",
+    INT8: "b",
+    UINT16: "H",
+    INT16: "h",
+    UINT32: "I",
+    INT32: "i",
+    FLOAT32: "f",
+    BOOL: "?",
+    UINT64: "Q",
+    INT64: "q",
+    FLOAT64: "d",
+}
 
 
 def string(text: str | bytes) -> bytes:
@@ -45,12 +56,17 @@ def kv(key: str, kind: int, v: Any) -> bytes:
 
 
 def tensor_info(name: str, shape: Sequence[int], kind: int, offset: int) -> bytes:
-    return string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + \
-        struct.pack("<IQ", kind, offset)  # fmt: skip
+    return (
+        string(name)
+        + struct.pack("<I", len(shape))
+        + struct.pack(f"<{len(shape)}Q", *shape)
+        + struct.pack("<IQ", kind, offset)
+    )
 
 
-def write(path: Path, pairs: Sequence[bytes], tensors: Sequence[tuple[str, Sequence[int], int]],
-          alignment: int = 32) -> Path:  # fmt: skip
+def write(
+    path: Path, pairs: Sequence[bytes], tensors: Sequence[tuple[str, Sequence[int], int]], alignment: int = 32
+) -> Path:
     """A GGUF v3 file of ``pairs`` (kv() outputs) and ``tensors`` (name, shape, ggml type), grown to full size."""
     infos, offset = [], 0
     for name, shape, kind in tensors:
@@ -96,42 +112,61 @@ def llama3_8b_q4_k_m(path: Path, n_tokens: int = 128256, n_merges: int = 280147)
     template, quantize.imatrix.*) and its 292 tensors (Q4_K, Q6_K for attn_v, ffn_down and output, F32 norms)."""
     tokens, merges = llama3_vocabulary(n_tokens, n_merges)
     pairs = [
-        kv("general.architecture", STRING, "llama"), kv("general.type", STRING, "model"),
-        kv("general.name", STRING, "Meta Llama 3.1 8B Instruct"), kv("general.finetune", STRING, "Instruct"),
-        kv("general.basename", STRING, "Meta-Llama-3.1"), kv("general.size_label", STRING, "8B"),
+        kv("general.architecture", STRING, "llama"),
+        kv("general.type", STRING, "model"),
+        kv("general.name", STRING, "Meta Llama 3.1 8B Instruct"),
+        kv("general.finetune", STRING, "Instruct"),
+        kv("general.basename", STRING, "Meta-Llama-3.1"),
+        kv("general.size_label", STRING, "8B"),
         kv("general.license", STRING, "llama3.1"),
         kv("general.tags", ARRAY, (STRING, ["facebook", "meta", "pytorch", "llama", "llama-3", "text-generation"])),
         kv("general.languages", ARRAY, (STRING, ["en", "de", "fr", "it", "pt", "hi", "es", "th"])),
-        kv("llama.block_count", UINT32, 32), kv("llama.context_length", UINT32, 131072),
-        kv("llama.embedding_length", UINT32, 4096), kv("llama.feed_forward_length", UINT32, 14336),
-        kv("llama.attention.head_count", UINT32, 32), kv("llama.attention.head_count_kv", UINT32, 8),
-        kv("llama.rope.freq_base", FLOAT32, 500000.0), kv("llama.attention.layer_norm_rms_epsilon", FLOAT32, 1e-5),
-        kv("general.file_type", UINT32, 15), kv("llama.vocab_size", UINT32, n_tokens),
+        kv("llama.block_count", UINT32, 32),
+        kv("llama.context_length", UINT32, 131072),
+        kv("llama.embedding_length", UINT32, 4096),
+        kv("llama.feed_forward_length", UINT32, 14336),
+        kv("llama.attention.head_count", UINT32, 32),
+        kv("llama.attention.head_count_kv", UINT32, 8),
+        kv("llama.rope.freq_base", FLOAT32, 500000.0),
+        kv("llama.attention.layer_norm_rms_epsilon", FLOAT32, 1e-5),
+        kv("general.file_type", UINT32, 15),
+        kv("llama.vocab_size", UINT32, n_tokens),
         kv("llama.rope.dimension_count", UINT32, 128),
-        kv("tokenizer.ggml.model", STRING, "gpt2"), kv("tokenizer.ggml.pre", STRING, "llama-bpe"),
+        kv("tokenizer.ggml.model", STRING, "gpt2"),
+        kv("tokenizer.ggml.pre", STRING, "llama-bpe"),
         kv("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
         kv("tokenizer.ggml.token_type", ARRAY, (INT32, [1] * (n_tokens - 256) + [3] * 256)),
         kv("tokenizer.ggml.merges", ARRAY, (STRING, merges)),
-        kv("tokenizer.ggml.bos_token_id", UINT32, 128000), kv("tokenizer.ggml.eos_token_id", UINT32, 128009),
-        kv("tokenizer.chat_template", STRING, CHAT_TEMPLATE), kv("general.quantization_version", UINT32, 2),
+        kv("tokenizer.ggml.bos_token_id", UINT32, 128000),
+        kv("tokenizer.ggml.eos_token_id", UINT32, 128009),
+        kv("tokenizer.chat_template", STRING, CHAT_TEMPLATE),
+        kv("general.quantization_version", UINT32, 2),
         kv("quantize.imatrix.file", STRING, "/models_out/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B.imatrix"),
         kv("quantize.imatrix.dataset", STRING, "/training_dir/calibration_datav3.txt"),
-        kv("quantize.imatrix.entries_count", INT32, 224), kv("quantize.imatrix.chunks_count", INT32, 125),
-    ]  # fmt: skip
-    tensors: list[tuple[str, Sequence[int], int]] = [("rope_freqs.weight", (64,), F32),
-                                                     ("token_embd.weight", (4096, n_tokens), Q4_K)]  # fmt: skip
+        kv("quantize.imatrix.entries_count", INT32, 224),
+        kv("quantize.imatrix.chunks_count", INT32, 125),
+    ]
+    tensors: list[tuple[str, Sequence[int], int]] = [
+        ("rope_freqs.weight", (64,), F32),
+        ("token_embd.weight", (4096, n_tokens), Q4_K),
+    ]
     for i in range(32):
         tensors += [
-            (f"blk.{i}.attn_norm.weight", (4096,), F32), (f"blk.{i}.attn_q.weight", (4096, 4096), Q4_K),
-            (f"blk.{i}.attn_k.weight", (4096, 1024), Q4_K), (f"blk.{i}.attn_v.weight", (4096, 1024), Q6_K),
-            (f"blk.{i}.attn_output.weight", (4096, 4096), Q4_K), (f"blk.{i}.ffn_norm.weight", (4096,), F32),
-            (f"blk.{i}.ffn_gate.weight", (4096, 14336), Q4_K), (f"blk.{i}.ffn_up.weight", (4096, 14336), Q4_K),
+            (f"blk.{i}.attn_norm.weight", (4096,), F32),
+            (f"blk.{i}.attn_q.weight", (4096, 4096), Q4_K),
+            (f"blk.{i}.attn_k.weight", (4096, 1024), Q4_K),
+            (f"blk.{i}.attn_v.weight", (4096, 1024), Q6_K),
+            (f"blk.{i}.attn_output.weight", (4096, 4096), Q4_K),
+            (f"blk.{i}.ffn_norm.weight", (4096,), F32),
+            (f"blk.{i}.ffn_gate.weight", (4096, 14336), Q4_K),
+            (f"blk.{i}.ffn_up.weight", (4096, 14336), Q4_K),
             (f"blk.{i}.ffn_down.weight", (14336, 4096), Q6_K),
-        ]  # fmt: skip
+        ]
     tensors += [("output_norm.weight", (4096,), F32), ("output.weight", (4096, n_tokens), Q6_K)]
     return write(path, pairs, tensors)
 
 
-LLAMA3_8B_PARAMETERS = 64 + 4096 * 128256 * 2 + 4096 + 32 * (2 * 4096 + 2 * 4096 * 4096 + 2 * 4096 * 1024 +
-                                                             3 * 4096 * 14336)  # fmt: skip
+LLAMA3_8B_PARAMETERS = (
+    64 + 4096 * 128256 * 2 + 4096 + 32 * (2 * 4096 + 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+)
 """The tensor table's element count (8,030,261,312: Llama-3.1-8B's 8,030,261,248 plus rope_freqs' 64)."""

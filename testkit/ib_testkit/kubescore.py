@@ -36,9 +36,22 @@ KUBE_SCORE = binary("kube-score")
 def score(paths: list[Path]) -> list[dict[str, Any]]:
     """kube-score's JSON (v2) for the files: one entry per object, each with its checks."""
     assert KUBE_SCORE is not None, "kube-score is required in CI: run e2e/build-binaries kube-score"
-    res = subprocess.run([KUBE_SCORE, "score", "-o", "json", "--kubernetes-version", "v1.36",
-                          "--enable-optional-test", "container-seccomp-profile", *map(str, paths)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [
+            KUBE_SCORE,
+            "score",
+            "-o",
+            "json",
+            "--kubernetes-version",
+            "v1.36",
+            "--enable-optional-test",
+            "container-seccomp-profile",
+            *map(str, paths),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.stdout, res.stderr
     return list(json.loads(res.stdout))
 

@@ -81,11 +81,16 @@ def _device_matches(expr: str, driver: str, device: Json) -> bool:
     return True
 
 
-def _claims(pod: Json, node: str, templates: Mapping[str, Json], slices: Iterable[Json], classes: Mapping[str, str]
-            ) -> list[str]:  # fmt: skip
+def _claims(
+    pod: Json, node: str, templates: Mapping[str, Json], slices: Iterable[Json], classes: Mapping[str, str]
+) -> list[str]:
     out = []
-    devices = [(s["spec"]["driver"], d) for s in slices if s["spec"].get("nodeName") == node
-               for d in s["spec"].get("devices") or []]  # fmt: skip
+    devices = [
+        (s["spec"]["driver"], d)
+        for s in slices
+        if s["spec"].get("nodeName") == node
+        for d in s["spec"].get("devices") or []
+    ]
     for rc in pod.get("resourceClaims") or []:
         tpl = templates.get(rc.get("resourceClaimTemplateName", ""))
         if tpl is None:
@@ -100,21 +105,32 @@ def _claims(pod: Json, node: str, templates: Mapping[str, Json], slices: Iterabl
             exprs = [s["cel"]["expression"] for s in ex.get("selectors") or []]
             have = sum(1 for drv, d in devices if drv == driver and all(_device_matches(e, drv, d) for e in exprs))
             if have < ex.get("count", 1):
-                out.append(f"claim {rc['name']}: {ex.get('count', 1)} {ex['deviceClassName']} device(s) wanted, "
-                           f"{have} match on the node")  # fmt: skip
+                out.append(
+                    f"claim {rc['name']}: {ex.get('count', 1)} {ex['deviceClassName']} device(s) wanted, "
+                    f"{have} match on the node"
+                )
     return out
 
 
-def misfits(pod: Json, node: Json, templates: Mapping[str, Json] | None = None, slices: Iterable[Json] = (),
-            classes: Mapping[str, str] | None = None) -> list[str]:  # fmt: skip
+def misfits(
+    pod: Json,
+    node: Json,
+    templates: Mapping[str, Json] | None = None,
+    slices: Iterable[Json] = (),
+    classes: Mapping[str, str] | None = None,
+) -> list[str]:
     """Why the pod (a pod template's spec) cannot land on the node; [] when it can. ``templates``: the rendered
     ResourceClaimTemplates by name; ``slices``: the cluster's ResourceSlices; ``classes``: DeviceClass -> driver."""
     labels = (node.get("metadata") or {}).get("labels") or {}
     alloc = (node.get("status") or {}).get("allocatable") or {}
-    out = [f"nodeSelector {k}={v}: the node has {labels.get(k)!r}" for k, v in (pod.get("nodeSelector") or {}).items()
-           if labels.get(k) != v]  # fmt: skip
-    required = (((pod.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})  # fmt: skip
+    out = [
+        f"nodeSelector {k}={v}: the node has {labels.get(k)!r}"
+        for k, v in (pod.get("nodeSelector") or {}).items()
+        if labels.get(k) != v
+    ]
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     terms = required.get("nodeSelectorTerms") or []
     if terms and not any(all(_expr_ok(e, labels) for e in t.get("matchExpressions") or []) for t in terms):
         out.append("required node affinity not met")

@@ -30,15 +30,21 @@ from typing import Any
 Json = dict[str, Any]
 
 
-def _node(name: str, labels: dict[str, str], alloc: dict[str, str], taints: list[Json] | None = None,
-          arch: str = "amd64") -> Json:  # fmt: skip
+def _node(
+    name: str, labels: dict[str, str], alloc: dict[str, str], taints: list[Json] | None = None, arch: str = "amd64"
+) -> Json:
     lab = {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux", "kubernetes.io/hostname": name, **labels}
     return {
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": lab},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": lab},
         "spec": {"taints": taints} if taints else {},
-        "status": {"allocatable": {"pods": "110", **alloc}, "capacity": {"pods": "110", **alloc},
-                   "conditions": [{"type": "Ready", "status": "True"}]},
-    }  # fmt: skip
+        "status": {
+            "allocatable": {"pods": "110", **alloc},
+            "capacity": {"pods": "110", **alloc},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
 GKE_GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -47,16 +53,23 @@ ARM64_TAINT = {"key": "kubernetes.io/arch", "value": "arm64", "effect": "NoSched
 
 def gke_a3(name: str, disk: str = "95Gi") -> Json:
     """GKE A3 High (a3-highgpu-8g, 8x H100 80GB), default 100 GB boot disk."""
-    labels = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb", "cloud.google.com/gke-nodepool": "a3",
-              "node.kubernetes.io/instance-type": "a3-highgpu-8g", "cloud.google.com/gke-gpu": "true"}  # fmt: skip
+    labels = {
+        "cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+        "cloud.google.com/gke-nodepool": "a3",
+        "node.kubernetes.io/instance-type": "a3-highgpu-8g",
+        "cloud.google.com/gke-gpu": "true",
+    }
     alloc = {"cpu": "207", "memory": "1800Gi", "ephemeral-storage": disk, "nvidia.com/gpu": "8"}
     return _node(name, labels, alloc, [GKE_GPU_TAINT])
 
 
 def gke_a4x(name: str) -> Json:
     """GKE A4X (a4x-highgpu-4g: 4x GB200 on an arm64 Grace host), tainted as an Arm node and as a GPU node."""
-    labels = {"cloud.google.com/gke-accelerator": "nvidia-gb200", "cloud.google.com/gke-nodepool": "a4x",
-              "node.kubernetes.io/instance-type": "a4x-highgpu-4g"}  # fmt: skip
+    labels = {
+        "cloud.google.com/gke-accelerator": "nvidia-gb200",
+        "cloud.google.com/gke-nodepool": "a4x",
+        "node.kubernetes.io/instance-type": "a4x-highgpu-4g",
+    }
     alloc = {"cpu": "139", "memory": "850Gi", "ephemeral-storage": "450Gi", "nvidia.com/gpu": "4"}
     return _node(name, labels, alloc, [GKE_GPU_TAINT, ARM64_TAINT], arch="arm64")
 
@@ -70,18 +83,27 @@ def gke_c4a(name: str) -> Json:
 
 def eks_p5en(name: str, disk: str = "89Gi") -> Json:
     """EKS with Karpenter, p5en.48xlarge (8x H200), 100 Gi root volume, the Karpenter GPU NodePool's taint."""
-    labels = {"karpenter.k8s.aws/instance-gpu-name": "h200", "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
-              "karpenter.k8s.aws/instance-gpu-memory": "144384", "karpenter.k8s.aws/instance-gpu-count": "8",
-              "karpenter.sh/nodepool": "gpu", "node.kubernetes.io/instance-type": "p5en.48xlarge"}  # fmt: skip
+    labels = {
+        "karpenter.k8s.aws/instance-gpu-name": "h200",
+        "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
+        "karpenter.k8s.aws/instance-gpu-memory": "144384",
+        "karpenter.k8s.aws/instance-gpu-count": "8",
+        "karpenter.sh/nodepool": "gpu",
+        "node.kubernetes.io/instance-type": "p5en.48xlarge",
+    }
     alloc = {"cpu": "191450m", "memory": "1980Gi", "ephemeral-storage": disk, "nvidia.com/gpu": "8"}
     return _node(name, labels, alloc, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
 
 
 def eks_g5g(name: str) -> Json:
     """EKS with Karpenter, g5g.2xlarge: 1x T4G on an arm64 Graviton2 host."""
-    labels = {"karpenter.k8s.aws/instance-gpu-name": "t4g", "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
-              "karpenter.k8s.aws/instance-gpu-memory": "16384", "karpenter.k8s.aws/instance-gpu-count": "1",
-              "node.kubernetes.io/instance-type": "g5g.2xlarge"}  # fmt: skip
+    labels = {
+        "karpenter.k8s.aws/instance-gpu-name": "t4g",
+        "karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia",
+        "karpenter.k8s.aws/instance-gpu-memory": "16384",
+        "karpenter.k8s.aws/instance-gpu-count": "1",
+        "node.kubernetes.io/instance-type": "g5g.2xlarge",
+    }
     alloc = {"cpu": "7910m", "memory": "14Gi", "ephemeral-storage": "89Gi", "nvidia.com/gpu": "1"}
     return _node(name, labels, alloc, arch="arm64")
 
@@ -102,19 +124,28 @@ def eks_intel_cpu(name: str) -> Json:
 
 def aks_nc24_a100(name: str) -> Json:
     """AKS Standard_NC24ads_A100_v4 (1x A100 80GB PCIe), GPU pool tainted sku=gpu:NoSchedule, 128 GB OS disk."""
-    labels = {"node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4", "kubernetes.azure.com/agentpool": "gpu",
-              "kubernetes.azure.com/accelerator": "nvidia"}  # fmt: skip
+    labels = {
+        "node.kubernetes.io/instance-type": "Standard_NC24ads_A100_v4",
+        "kubernetes.azure.com/agentpool": "gpu",
+        "kubernetes.azure.com/accelerator": "nvidia",
+    }
     alloc = {"cpu": "23660m", "memory": "200Gi", "ephemeral-storage": "118Gi", "nvidia.com/gpu": "1"}
     return _node(name, labels, alloc, [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}])
 
 
 def openshift_l40s(name: str, count: int = 4) -> Json:
     """OpenShift worker with the NVIDIA GPU Operator (GFD labels), 4x L40S."""
-    labels = {"node-role.kubernetes.io/worker": "", "node.openshift.io/os_id": "rhcos",
-              "nvidia.com/gpu.product": "NVIDIA-L40S", "nvidia.com/gpu.memory": "46068",
-              "nvidia.com/gpu.count": str(count),
-              "nvidia.com/cuda.compute.major": "8", "nvidia.com/cuda.compute.minor": "9",
-              "nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none"}  # fmt: skip
+    labels = {
+        "node-role.kubernetes.io/worker": "",
+        "node.openshift.io/os_id": "rhcos",
+        "nvidia.com/gpu.product": "NVIDIA-L40S",
+        "nvidia.com/gpu.memory": "46068",
+        "nvidia.com/gpu.count": str(count),
+        "nvidia.com/cuda.compute.major": "8",
+        "nvidia.com/cuda.compute.minor": "9",
+        "nvidia.com/gpu.replicas": "1",
+        "nvidia.com/gpu.sharing-strategy": "none",
+    }
     alloc = {"cpu": "63500m", "memory": "500Gi", "ephemeral-storage": "400Gi", "nvidia.com/gpu": str(count)}
     return _node(name, labels, alloc)
 
@@ -123,10 +154,16 @@ def shared_l4(name: str, replicas: int = 4, strategy: str = "time-slicing", rena
     """GPU Operator time-slicing (or MPS) of one L4 into ``replicas`` shares: GFD's labels and the multiplied
     resource (``nvidia.com/gpu.shared`` under renameByDefault, the product without the -SHARED suffix then)."""
     product = "NVIDIA-L4" if renamed else "NVIDIA-L4-SHARED"
-    labels = {"nvidia.com/gpu.product": product, "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.count": "1",
-              "nvidia.com/gpu.replicas": str(replicas), "nvidia.com/gpu.sharing-strategy": strategy,
-              "nvidia.com/cuda.compute.major": "8", "nvidia.com/cuda.compute.minor": "9",
-              "nvidia.com/mps.capable": str(strategy == "mps").lower()}  # fmt: skip
+    labels = {
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": "23034",
+        "nvidia.com/gpu.count": "1",
+        "nvidia.com/gpu.replicas": str(replicas),
+        "nvidia.com/gpu.sharing-strategy": strategy,
+        "nvidia.com/cuda.compute.major": "8",
+        "nvidia.com/cuda.compute.minor": "9",
+        "nvidia.com/mps.capable": str(strategy == "mps").lower(),
+    }
     resource = "nvidia.com/gpu.shared" if renamed else "nvidia.com/gpu"
     alloc = {"cpu": "15740m", "memory": "60Gi", "ephemeral-storage": "400Gi", resource: str(replicas)}
     return _node(name, labels, alloc)
@@ -134,9 +171,13 @@ def shared_l4(name: str, replicas: int = 4, strategy: str = "time-slicing", rena
 
 def mig_a100(name: str) -> Json:
     """GPU Operator MIG mixed strategy: 8x A100 80GB each split 2x 3g.40gb."""
-    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig.strategy": "mixed",
-              "nvidia.com/mig-3g.40gb.memory": "40192", "nvidia.com/cuda.compute.major": "8",
-              "nvidia.com/cuda.compute.minor": "0"}  # fmt: skip
+    labels = {
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig-3g.40gb.memory": "40192",
+        "nvidia.com/cuda.compute.major": "8",
+        "nvidia.com/cuda.compute.minor": "0",
+    }
     alloc = {"cpu": "127", "memory": "1000Gi", "ephemeral-storage": "800Gi", "nvidia.com/mig-3g.40gb": "16"}
     return _node(name, labels, alloc)
 
@@ -146,19 +187,42 @@ def dra_node(name: str, cpu: str = "190", memory: str = "1900Gi") -> Json:
     return _node(name, {}, {"cpu": cpu, "memory": memory, "ephemeral-storage": "800Gi"})
 
 
-def nvidia_slice(node: str, count: int = 8, product: str = "NVIDIA H100 80GB HBM3", memory: str = "81559Mi",
-                 compute: str = "9.0.0", generation: int = 1) -> Json:  # fmt: skip
+def nvidia_slice(
+    node: str,
+    count: int = 8,
+    product: str = "NVIDIA H100 80GB HBM3",
+    memory: str = "81559Mi",
+    compute: str = "9.0.0",
+    generation: int = 1,
+) -> Json:
     """The ResourceSlice NVIDIA's DRA driver publishes for ``node``'s GPUs (resource.k8s.io/v1)."""
-    devices = [{"name": f"gpu-{i}", "attributes": {
-        "type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{i}"}, "productName": {"string": product},
-        "brand": {"string": "Nvidia"}, "architecture": {"string": "Hopper"},
-        "cudaComputeCapability": {"version": compute}, "driverVersion": {"version": "580.82.7"},
-    }, "capacity": {"memory": {"value": memory}}} for i in range(count)]  # fmt: skip
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-gpu.nvidia.com"},
-            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
-                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
-                     "devices": devices}}  # fmt: skip
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": f"GPU-{node}-{i}"},
+                "productName": {"string": product},
+                "brand": {"string": "Nvidia"},
+                "architecture": {"string": "Hopper"},
+                "cudaComputeCapability": {"version": compute},
+                "driverVersion": {"version": "580.82.7"},
+            },
+            "capacity": {"memory": {"value": memory}},
+        }
+        for i in range(count)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
 
 
 DEVICE_CLASSES = {"gpu.nvidia.com": "gpu.nvidia.com", "mig.nvidia.com": "gpu.nvidia.com", "gpu.amd.com": "gpu.amd.com"}

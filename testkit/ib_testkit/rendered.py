@@ -70,8 +70,11 @@ def lws_env(lws: Mapping[str, Any], worker_index: int, group: int = 0) -> dict[s
     the leader's DNS name <lws>-<group>.<lws>.<namespace>, the group size and the pod's index in the group."""
     name, namespace = lws["metadata"]["name"], lws["metadata"].get("namespace", "default")
     size = lws["spec"]["leaderWorkerTemplate"]["size"]
-    return {"LWS_LEADER_ADDRESS": f"{name}-{group}.{name}.{namespace}", "LWS_GROUP_SIZE": str(size),
-            "LWS_WORKER_INDEX": str(worker_index)}  # fmt: skip
+    return {
+        "LWS_LEADER_ADDRESS": f"{name}-{group}.{name}.{namespace}",
+        "LWS_GROUP_SIZE": str(size),
+        "LWS_WORKER_INDEX": str(worker_index),
+    }
 
 
 def golden_containers() -> list[tuple[str, str, dict[str, Any]]]:

@@ -152,8 +152,11 @@ class HubServer:
 
     def file_gets(self, name: str | None = None) -> list[Seen]:
         with self._lock:
-            return [r for r in self.requests if r.method == "GET" and "/resolve/" in r.path
-                    and (name is None or r.path.endswith("/" + name))]  # fmt: skip
+            return [
+                r
+                for r in self.requests
+                if r.method == "GET" and "/resolve/" in r.path and (name is None or r.path.endswith("/" + name))
+            ]
 
     # ---- the API ----
 
@@ -178,8 +181,13 @@ class HubServer:
         authorized = h.headers.get("Authorization") == f"Bearer {self.token}" if self.token else True
         if repo is None or (repo.private and not authorized):
             msg = json.dumps({"error": "Repository not found"}).encode()
-            self._send(h, 401 if repo is not None else 404, msg,
-                       {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}, body)  # fmt: skip
+            self._send(
+                h,
+                401 if repo is not None else 404,
+                msg,
+                {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"},
+                body,
+            )
             return None
         if revision not in ("main", repo.sha):
             msg = json.dumps({"error": f"Invalid rev id: {revision}"}).encode()
@@ -191,8 +199,13 @@ class HubServer:
         repo = self._repo(h, name, revision, body)
         if repo is None:
             return
-        info = {"id": name, "modelId": name, "sha": repo.sha, "private": repo.private,
-                "siblings": [{"rfilename": f} for f in sorted(repo.files)]}  # fmt: skip
+        info = {
+            "id": name,
+            "modelId": name,
+            "sha": repo.sha,
+            "private": repo.private,
+            "siblings": [{"rfilename": f} for f in sorted(repo.files)],
+        }
         self._send(h, 200, json.dumps(info).encode(), {"Content-Type": "application/json"}, body)
 
     def _tree(self, h: BaseHTTPRequestHandler, name: str, revision: str, body: bool) -> None:
@@ -214,15 +227,24 @@ class HubServer:
         if repo is None:
             return
         if file not in repo.files:
-            self._send(h, 404, b"Entry not found",
-                       {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"}, body)  # fmt: skip
+            self._send(
+                h,
+                404,
+                b"Entry not found",
+                {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"},
+                body,
+            )
             return
         if body and file in self.fail:
             self._send(h, 500, b"internal error", {}, body)
             return
         data = repo.files[file]
-        headers = {"X-Repo-Commit": repo.sha, "ETag": f'"{_oid(data)}"', "Accept-Ranges": "bytes",
-                   "Content-Type": "application/octet-stream"}  # fmt: skip
+        headers = {
+            "X-Repo-Commit": repo.sha,
+            "ETag": f'"{_oid(data)}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+        }
         status, start = 200, 0
         rng = h.headers.get("Range")
         if rng:
@@ -264,8 +286,9 @@ def _oid(data: bytes) -> str:
 def put_objects(endpoint: str, bucket: str, files: Iterable[tuple[str, bytes]]) -> None:
     import boto3
 
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
-                          aws_secret_access_key="test")  # fmt: skip
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
+    )
     client.create_bucket(Bucket=bucket)
     for key, body in files:
         client.put_object(Bucket=bucket, Key=key, Body=body)

@@ -66,8 +66,9 @@ class FakeWriter:
     def writes(self) -> int:
         return len(self.calls) + len(self.statuses) + len(self.events)
 
-    def fail(self, error: BaseException, call: str | None = None, kind: str | None = None,
-             name: str | None = None) -> FakeWriter:  # fmt: skip
+    def fail(
+        self, error: BaseException, call: str | None = None, kind: str | None = None, name: str | None = None
+    ) -> FakeWriter:
         """Raise ``error`` on every matching call from now on."""
         self.failures.append(Failure(error, call, kind, name))
         return self

@@ -35,8 +35,9 @@ def llama_server_flags(build: str | None = None) -> dict[str, LlamaFlag]:
         if line.startswith("#") or not line.strip():
             continue
         names, hint, env, status = line.split("\t")
-        flag = LlamaFlag(tuple(names.split(",")), None if hint == "-" else hint, None if env == "-" else env,
-                         status == "removed")  # fmt: skip
+        flag = LlamaFlag(
+            tuple(names.split(",")), None if hint == "-" else hint, None if env == "-" else env, status == "removed"
+        )
         for name in flag.names:
             out[name] = flag
     return out

@@ -37,8 +37,9 @@ R = TypeVar("R", bound=ArgsRejected)
 
 
 class ParserHarness(Generic[R]):
-    def __init__(self, *, engine: str, version: str, script: str, mark: str, env: Mapping[str, str],
-                 rejected: type[R]) -> None:  # fmt: skip
+    def __init__(
+        self, *, engine: str, version: str, script: str, mark: str, env: Mapping[str, str], rejected: type[R]
+    ) -> None:
         self.engine, self.version, self.mark, self.env, self.rejected = engine, version, mark, dict(env), rejected
         self.script = ROOT / "hack" / script
 
@@ -49,8 +50,10 @@ class ParserHarness(Generic[R]):
     def python(self) -> Path:
         """The venv's python; skips (or fails under IB_REQUIRE_CONTRACTS=1) if the venv is not built."""
         venv = self.venv()
-        require((venv / ".complete").exists(), f"{self.engine} {self.version} venv missing at {venv} "
-                f"(run hack/{self.engine}-venv)")  # fmt: skip
+        require(
+            (venv / ".complete").exists(),
+            f"{self.engine} {self.version} venv missing at {venv} (run hack/{self.engine}-venv)",
+        )
         return venv / "bin" / "python"
 
     def run(self, payload: Any, timeout: float) -> list[dict[str, Any]]:

@@ -30,8 +30,11 @@ def test_every_engine_has_golden_containers() -> None:
     assert {engine for _, engine, _ in GOLDEN} == set(NAMES)
 
 
-@pytest.mark.parametrize(("stem", "engine", "container"), [g for g in GOLDEN if g[1] not in HARNESSED], ids=[
-    i for i, g in zip(IDS, GOLDEN, strict=True) if g[1] not in HARNESSED])  # fmt: skip
+@pytest.mark.parametrize(
+    ("stem", "engine", "container"),
+    [g for g in GOLDEN if g[1] not in HARNESSED],
+    ids=[i for i, g in zip(IDS, GOLDEN, strict=True) if g[1] not in HARNESSED],
+)
 def test_golden_container_passes_the_fast_check(stem: str, engine: str, container: dict[str, Any]) -> None:
     args = [str(a) for a in container["args"]]
     if engine == "llamacpp":
@@ -82,13 +85,23 @@ def test_golden_sglang_container_is_accepted_by_sglang(stem: str, sglang_results
 
 # What SGLang itself parsed from the flags the renderer chose for each golden spec (its own field names).
 SGLANG_PARSED = {
-    "sglang-gpu-draft": {"speculative_algorithm": "STANDALONE", "speculative_num_steps": 4,
-                         "speculative_num_draft_tokens": 5, "max_running_requests": 64, "chunked_prefill_size": 8192},
-    "sglang-ngram-kvfp8-hicache": {"speculative_algorithm": "NGRAM", "kv_cache_dtype": "fp8_e4m3",
-                                   "enable_hierarchical_cache": True, "hicache_size": 32, "mem_fraction_static": 0.88},
+    "sglang-gpu-draft": {
+        "speculative_algorithm": "STANDALONE",
+        "speculative_num_steps": 4,
+        "speculative_num_draft_tokens": 5,
+        "max_running_requests": 64,
+        "chunked_prefill_size": 8192,
+    },
+    "sglang-ngram-kvfp8-hicache": {
+        "speculative_algorithm": "NGRAM",
+        "kv_cache_dtype": "fp8_e4m3",
+        "enable_hierarchical_cache": True,
+        "hicache_size": 32,
+        "mem_fraction_static": 0.88,
+    },
     "sglang-tp2-noprefix": {"tp_size": 2, "disable_radix_cache": True, "context_length": 8192},
     "sglang-bnb-t4": {"quantization": "bitsandbytes", "page_size": 16, "enable_metrics": True},
-}  # fmt: skip
+}
 
 
 @pytest.mark.slow

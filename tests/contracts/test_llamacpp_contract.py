@@ -47,13 +47,24 @@ TINY_TOKENIZER = {"family": "ib-tiny", "vocabSize": 320}
 CTX = 512
 TINY: dict[str, ModelSpec] = {
     **MODELS,
-    "tiny-target": ModelSpec.model_validate({
-        "uri": "pvc://gguf-models/tiny-target.gguf", "architecture": "LlamaForCausalLM", "parameters": "1.2M",
-        "contextLength": CTX, "tokenizer": TINY_TOKENIZER}),
-    "tiny-draft": ModelSpec.model_validate({
-        "uri": "pvc://gguf-models/tiny-draft.gguf", "architecture": "LlamaForCausalLM", "parameters": "0.6M",
-        "tokenizer": TINY_TOKENIZER}),
-}  # fmt: skip
+    "tiny-target": ModelSpec.model_validate(
+        {
+            "uri": "pvc://gguf-models/tiny-target.gguf",
+            "architecture": "LlamaForCausalLM",
+            "parameters": "1.2M",
+            "contextLength": CTX,
+            "tokenizer": TINY_TOKENIZER,
+        }
+    ),
+    "tiny-draft": ModelSpec.model_validate(
+        {
+            "uri": "pvc://gguf-models/tiny-draft.gguf",
+            "architecture": "LlamaForCausalLM",
+            "parameters": "0.6M",
+            "tokenizer": TINY_TOKENIZER,
+        }
+    ),
+}
 CPU = node("cpu", cpu="2", memory="8Gi")  # 2 cores -> -t 1 (90% of the node, at least 1)
 
 # name -> spec body (all on CPU, llama.cpp by selection: GGUF weights)
@@ -125,11 +136,13 @@ def test_rendered_container_boots_and_serves(name: str, files: dict[str, Path], 
         assert srv.get_json("/health") == {"status": "ok"}
         # the served name (-a) is the OpenAI model id
         assert srv.get_json("/v1/models")["data"][0]["id"] == (s.model.served_name or "ib")
-        res = srv.post_json("/v1/completions", {"prompt": "the cat sat on", "max_tokens": 8, "temperature": 0,
-                                                "ignore_eos": True})  # fmt: skip
+        res = srv.post_json(
+            "/v1/completions", {"prompt": "the cat sat on", "max_tokens": 8, "temperature": 0, "ignore_eos": True}
+        )
         assert res["usage"]["completion_tokens"] == 8 and res["choices"][0]["text"], res
-        native = srv.post_json("/completion", {"prompt": "the cat", "n_predict": 12, "temperature": 0,
-                                               "ignore_eos": True})  # fmt: skip
+        native = srv.post_json(
+            "/completion", {"prompt": "the cat", "n_predict": 12, "temperature": 0, "ignore_eos": True}
+        )
         assert native["tokens_predicted"] == 12
 
         status, body = srv.get("/metrics")
@@ -157,9 +170,13 @@ def test_rendered_container_boots_and_serves(name: str, files: dict[str, Path], 
 
 def test_hf_form_flags_are_in_the_pinned_flag_list() -> None:
     """hf:// weights render -hf/-hff (target) and -hfd (draft); they would download, so only the flags are checked."""
-    body = {"model": {"modelRef": "llama-3-2-3b-gguf", "servedName": "llama-3.2-3b"},
-            "hardware": {"accelerator": "cpu"}, "batching": {"maxBatchSize": 4}, "kvCache": {"dtype": "q8_0"},
-            "speculativeDecoding": {"draftModelRef": "llama-3-2-1b-gguf", "numSpeculativeTokens": 8}}  # fmt: skip
+    body = {
+        "model": {"modelRef": "llama-3-2-3b-gguf", "servedName": "llama-3.2-3b"},
+        "hardware": {"accelerator": "cpu"},
+        "batching": {"maxBatchSize": 4},
+        "kvCache": {"dtype": "q8_0"},
+        "speculativeDecoding": {"draftModelRef": "llama-3-2-1b-gguf", "numSpeculativeTokens": 8},
+    }
     r = render_case(body, node("cpu", cpu="16"), engine="llamacpp")
     args = r.args
     assert args[args.index("-hf") + 1] == "bartowski/Llama-3.2-3B-Instruct-GGUF"
@@ -171,8 +188,11 @@ def test_hf_form_flags_are_in_the_pinned_flag_list() -> None:
 
 def test_gpu_multi_gpu_form_flags_are_in_the_pinned_flag_list() -> None:
     """GPU forms (-ngl 999, -sm layer, -ngld 999) cannot boot here; their flags are checked against the list."""
-    body = {"model": {"modelRef": "tiny-target"}, "hardware": {"accelerator": "gpu"},
-            "speculativeDecoding": {"draftModelRef": "tiny-draft"}}  # fmt: skip
+    body = {
+        "model": {"modelRef": "tiny-target"},
+        "hardware": {"accelerator": "gpu"},
+        "speculativeDecoding": {"draftModelRef": "tiny-draft"},
+    }
     r = render_case(body, node("g", "l4", 2), models=TINY, engine="llamacpp")
     assert check_llama_server_args(r.args) == []
     assert r.args[r.args.index("-ngl") + 1] == "999" and r.args[r.args.index("-ngld") + 1] == "999"

@@ -43,8 +43,9 @@ REQUIRED = (
 @pytest.fixture(scope="module")
 def vllm_metrics() -> dict[str, dict[str, Any]]:
     script = ROOT / "hack" / "vllm_metric_names.py"
-    out = subprocess.run([str(HARNESS.python()), str(script)], capture_output=True, text=True, timeout=120,
-                         check=True, cwd=ROOT).stdout  # fmt: skip
+    out = subprocess.run(
+        [str(HARNESS.python()), str(script)], capture_output=True, text=True, timeout=120, check=True, cwd=ROOT
+    ).stdout
     found: dict[str, dict[str, Any]] = json.loads(out)
     assert "vllm:time_to_first_token_seconds" in found, "the reader found none of vLLM's metrics"
     return found

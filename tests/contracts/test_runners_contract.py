@@ -67,8 +67,12 @@ def test_localize_changes_only_paths_host_and_port() -> None:
     r = render_runner_case("serve-pytorch-cpu-draft-continuous")
     local = localize(r.args, {"--model": "/tmp/tiny", "--draft-model": "/tmp/draft"}, port=1234)
     changed = {r.args[i - 1]: (a, b) for i, (a, b) in enumerate(zip(r.args, local, strict=True)) if a != b}
-    assert changed == {"--model": ("/models/tiny", "/tmp/tiny"), "--draft-model": ("/draft-models/draft", "/tmp/draft"),
-                       "--host": ("0.0.0.0", "127.0.0.1"), "--port": ("8000", "1234")}  # fmt: skip
+    assert changed == {
+        "--model": ("/models/tiny", "/tmp/tiny"),
+        "--draft-model": ("/draft-models/draft", "/tmp/draft"),
+        "--host": ("0.0.0.0", "127.0.0.1"),
+        "--port": ("8000", "1234"),
+    }
     ns = parse_runner_args("pytorch", local)
     assert ns.model == "/tmp/tiny" and ns.port == 1234
 

@@ -10,8 +10,19 @@ import pytest
 
 from tests.contracts.sglang import SglangArgsRejected, parse_sglang_args_many
 
-GOOD = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "8000",
-        "--tp-size", "1", "--page-size", "16", "--enable-metrics"]  # fmt: skip
+GOOD = [
+    "--model-path",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+    "--tp-size",
+    "1",
+    "--page-size",
+    "16",
+    "--enable-metrics",
+]
 CASES = {
     "good": GOOD,
     "misspelled": [*GOOD, "--mem-fraction-statc", "0.9"],

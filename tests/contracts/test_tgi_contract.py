@@ -22,29 +22,69 @@ L70 = {"modelRef": "llama-3-1-70b"}
 
 
 def _quantized(q: str) -> dict[str, Any]:
-    return {"uri": f"hf://acme/llama-70b-{q}", "architecture": "LlamaForCausalLM", "parameters": "70.6B",
-            "dtype": "float16", "contextLength": 8192, "quantization": q}  # fmt: skip
+    return {
+        "uri": f"hf://acme/llama-70b-{q}",
+        "architecture": "LlamaForCausalLM",
+        "parameters": "70.6B",
+        "dtype": "float16",
+        "contextLength": 8192,
+        "quantization": q,
+    }
 
 
 CASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
     "basic": ({"model": L8, "backend": "tgi"}, [node("g", "h100")]),
-    "ngram": ({"model": L8, "backend": "tgi", "speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 3},
-               "kvCache": {"memoryFraction": 0.85}}, [node("g", "l4")]),
-    "tp2-kvfp8": ({"model": L70, "backend": "tgi", "kvCache": {"dtype": "fp8"},
-                   "batching": {"maxBatchSize": 48, "maxBatchTokens": 8192}}, [node("g", "h100", 8)]),
+    "ngram": (
+        {
+            "model": L8,
+            "backend": "tgi",
+            "speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 3},
+            "kvCache": {"memoryFraction": 0.85},
+        },
+        [node("g", "l4")],
+    ),
+    "tp2-kvfp8": (
+        {
+            "model": L70,
+            "backend": "tgi",
+            "kvCache": {"dtype": "fp8"},
+            "batching": {"maxBatchSize": 48, "maxBatchTokens": 8192},
+        },
+        [node("g", "h100", 8)],
+    ),
     "tp8": ({"model": L70, "backend": "tgi"}, [node("g", "a100-40", 8)]),
     "awq": ({"model": _quantized("awq"), "backend": "tgi"}, [node("g", "h100")]),
-    "gptq-noprefix": ({"model": _quantized("gptq"), "backend": "tgi", "prefixCache": {"enabled": False},
-                       "objectives": {"concurrency": 100}}, [node("g", "h100")]),
+    "gptq-noprefix": (
+        {
+            "model": _quantized("gptq"),
+            "backend": "tgi",
+            "prefixCache": {"enabled": False},
+            "objectives": {"concurrency": 100},
+        },
+        [node("g", "h100")],
+    ),
     "fp8": ({"model": {**L70, "quantization": "fp8"}, "backend": "tgi"}, [node("g", "h100", 8)]),
     "bitsandbytes-auto": ({"model": {**_quantized("bitsandbytes"), "dtype": "bfloat16"}}, [node("g", "h100", 2)]),
-    "small-prefill": ({"model": {**L8, "servedName": "llama"}, "backend": "tgi",
-                       "batching": {"maxBatchSize": 4, "maxBatchTokens": 1024}}, [node("g", "h100")]),
-    "extra-args-env": ({"model": L8, "backend": "tgi",
-                        "engine": {"extraArgs": ["--max-waiting-tokens", "10"],
-                                   "env": [{"name": "ATTENTION", "value": "flashdecoding"}]}},
-                       [node("g", "h100")]),
-}  # fmt: skip
+    "small-prefill": (
+        {
+            "model": {**L8, "servedName": "llama"},
+            "backend": "tgi",
+            "batching": {"maxBatchSize": 4, "maxBatchTokens": 1024},
+        },
+        [node("g", "h100")],
+    ),
+    "extra-args-env": (
+        {
+            "model": L8,
+            "backend": "tgi",
+            "engine": {
+                "extraArgs": ["--max-waiting-tokens", "10"],
+                "env": [{"name": "ATTENTION", "value": "flashdecoding"}],
+            },
+        },
+        [node("g", "h100")],
+    ),
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -77,8 +117,12 @@ def test_rendered_container_passes_the_launcher_contract(name: str) -> None:
 def test_cases_cover_shards_quantizations_and_speculation() -> None:
     rs = [render_case(b, *n, engine="tgi") for b, n in CASES.values()]
     assert {r.decision.placement.gpus_per_replica for r in rs if r.decision.placement} >= {1, 2, 8}
-    assert {str(r.decision.model.quantization) for r in rs if r.decision.model} >= {"awq", "gptq", "fp8",
-                                                                                      "bitsandbytes"}  # fmt: skip
+    assert {str(r.decision.model.quantization) for r in rs if r.decision.model} >= {
+        "awq",
+        "gptq",
+        "fp8",
+        "bitsandbytes",
+    }
 
 
 # ---- negative ---------------------------------------------------------------------------------------------------

@@ -24,41 +24,77 @@ L70 = {"modelRef": "llama-3-1-70b"}
 
 
 def _quantized(q: str, dtype: str = "float16") -> dict[str, Any]:
-    return {"uri": f"hf://acme/llama-70b-{q}", "architecture": "LlamaForCausalLM", "parameters": "70.6B",
-            "dtype": dtype, "contextLength": 8192, "quantization": q}  # fmt: skip
+    return {
+        "uri": f"hf://acme/llama-70b-{q}",
+        "architecture": "LlamaForCausalLM",
+        "parameters": "70.6B",
+        "dtype": dtype,
+        "contextLength": 8192,
+        "quantization": q,
+    }
 
 
 # name -> (spec body, nodes)
 CASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
-    "tp1-batching": ({"model": {**L8, "servedName": "llama-8b"}, "backend": "vllm",
-                      "batching": {"maxBatchSize": 64, "maxBatchTokens": 8192},
-                      "kvCache": {"memoryFraction": 0.85, "blockSize": 32}}, [node("g", "h100")]),
+    "tp1-batching": (
+        {
+            "model": {**L8, "servedName": "llama-8b"},
+            "backend": "vllm",
+            "batching": {"maxBatchSize": 64, "maxBatchTokens": 8192},
+            "kvCache": {"memoryFraction": 0.85, "blockSize": 32},
+        },
+        [node("g", "h100")],
+    ),
     "tp2": ({"model": L8, "backend": "vllm", "batching": {"maxBatchSize": 16}}, [node("g", "t4", 2)]),
     "tp4": ({"model": L70, "backend": "vllm"}, [node("g", "h100", 8)]),
     "tp8": ({"model": L70, "backend": "vllm", "kvCache": {"memoryFraction": 0.95}}, [node("g", "l4", 8)]),
-    "draft": ({"model": L8, "backend": "vllm",
-               "speculativeDecoding": {"draftModelRef": "llama-3-2-1b", "numSpeculativeTokens": 4}},
-              [node("g", "h100")]),
-    "ngram": ({"model": L8, "backend": "vllm", "speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 3}},
-              [node("g", "h100")]),
+    "draft": (
+        {
+            "model": L8,
+            "backend": "vllm",
+            "speculativeDecoding": {"draftModelRef": "llama-3-2-1b", "numSpeculativeTokens": 4},
+        },
+        [node("g", "h100")],
+    ),
+    "ngram": (
+        {"model": L8, "backend": "vllm", "speculativeDecoding": {"method": "ngram", "numSpeculativeTokens": 3}},
+        [node("g", "h100")],
+    ),
     "prefix-off": ({"model": L8, "backend": "vllm", "prefixCache": {"enabled": False}}, [node("g", "h100")]),
     "kv-fp8": ({"model": L8, "backend": "vllm", "kvCache": {"dtype": "fp8"}}, [node("g", "h100")]),
-    "kv-bf16-blocks8": ({"model": L8, "backend": "vllm", "kvCache": {"dtype": "bfloat16", "blockSize": 8}},
-                        [node("g", "h100")]),
-    "kv-offload": ({"model": L8, "backend": "vllm", "kvCache": {"cpuOffloadGiB": 16, "dtype": "fp8"}},
-                   [node("g", "h100", memory="256Gi")]),
+    "kv-bf16-blocks8": (
+        {"model": L8, "backend": "vllm", "kvCache": {"dtype": "bfloat16", "blockSize": 8}},
+        [node("g", "h100")],
+    ),
+    "kv-offload": (
+        {"model": L8, "backend": "vllm", "kvCache": {"cpuOffloadGiB": 16, "dtype": "fp8"}},
+        [node("g", "h100", memory="256Gi")],
+    ),
     "awq": ({"model": _quantized("awq"), "backend": "vllm"}, [node("g", "h100")]),
     "gptq": ({"model": _quantized("gptq"), "backend": "vllm"}, [node("g", "h100")]),
     "fp8-tp2": ({"model": {**L70, "quantization": "fp8"}, "backend": "vllm"}, [node("g", "h100", 8)]),
-    "small-batches": ({"model": L8, "backend": "vllm", "batching": {"maxBatchSize": 4, "maxBatchTokens": 2048}},
-                      [node("g", "l4")]),
-    "long-context": ({"model": {"uri": "hf://Qwen/Qwen2.5-Coder-14B-Instruct", "parameters": "14.7B",
-                                "dtype": "bfloat16", "contextLength": 32768, "servedName": "coder"},
-                      "backend": "vllm"}, [node("g", "h100")]),
-    "extra-args": ({"model": L8, "backend": "vllm",
-                    "engine": {"extraArgs": ["--enforce-eager", "--seed", "7"]}},
-                   [node("g", "h100")]),
-}  # fmt: skip
+    "small-batches": (
+        {"model": L8, "backend": "vllm", "batching": {"maxBatchSize": 4, "maxBatchTokens": 2048}},
+        [node("g", "l4")],
+    ),
+    "long-context": (
+        {
+            "model": {
+                "uri": "hf://Qwen/Qwen2.5-Coder-14B-Instruct",
+                "parameters": "14.7B",
+                "dtype": "bfloat16",
+                "contextLength": 32768,
+                "servedName": "coder",
+            },
+            "backend": "vllm",
+        },
+        [node("g", "h100")],
+    ),
+    "extra-args": (
+        {"model": L8, "backend": "vllm", "engine": {"extraArgs": ["--enforce-eager", "--seed", "7"]}},
+        [node("g", "h100")],
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +122,9 @@ def _ok(parsed: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_rendered_args_mean_what_the_spec_asked(name: str, rendered: dict[str, Rendered],
-                                                parsed: dict[str, Any]) -> None:  # fmt: skip
+def test_rendered_args_mean_what_the_spec_asked(
+    name: str, rendered: dict[str, Rendered], parsed: dict[str, Any]
+) -> None:
     r = _ok(parsed, name)
     e, cache = r["engine_args"], r["checks"]["cache_config"]
     s, d = rendered[name].spec, rendered[name].decision
@@ -115,15 +152,22 @@ def test_rendered_args_mean_what_the_spec_asked(name: str, rendered: dict[str, R
     if sd is None:
         assert e["speculative_config"] is None
     elif sd.method == "ngram":
-        assert e["speculative_config"] == {"method": "ngram", "num_speculative_tokens": sd.num_speculative_tokens,
-                                           "prompt_lookup_max": 4, "prompt_lookup_min": 2}  # fmt: skip
+        assert e["speculative_config"] == {
+            "method": "ngram",
+            "num_speculative_tokens": sd.num_speculative_tokens,
+            "prompt_lookup_max": 4,
+            "prompt_lookup_min": 2,
+        }
         assert r["checks"]["speculative"]["config"]["method"] == "ngram"
     else:
         assert sd.draft_model_ref is not None
         draft_uri = MODELS[sd.draft_model_ref].uri
         assert draft_uri is not None
-        assert e["speculative_config"] == {"method": "draft_model", "model": draft_uri.removeprefix("hf://"),
-                                           "num_speculative_tokens": sd.num_speculative_tokens}  # fmt: skip
+        assert e["speculative_config"] == {
+            "method": "draft_model",
+            "model": draft_uri.removeprefix("hf://"),
+            "num_speculative_tokens": sd.num_speculative_tokens,
+        }
         assert r["checks"]["speculative"]["config"]["method"] == "draft_model"
 
 
@@ -168,8 +212,13 @@ def test_swap_space_fails_vllms_parser(parsed: dict[str, Any]) -> None:
     ],
 )
 def test_renderer_refuses_extra_args_repeating_its_flags(extra: list[str], named: str) -> None:
-    body = {"model": L8, "backend": "vllm", "engine": {"extraArgs": extra}, "batching": {"maxBatchSize": 32},
-            "speculativeDecoding": {"method": "ngram"}}  # fmt: skip
+    body = {
+        "model": L8,
+        "backend": "vllm",
+        "engine": {"extraArgs": extra},
+        "batching": {"maxBatchSize": 32},
+        "speculativeDecoding": {"method": "ngram"},
+    }
     with pytest.raises(InvalidSpec, match=r"spec\.engine\.extraArgs") as info:
         render_case(body, node("g", "h100"))
     assert named in str(info.value)

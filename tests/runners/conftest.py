@@ -103,8 +103,14 @@ def no_eos(models: dict[str, Path]) -> Any:
     def greedy(prompt: list[int], n: int) -> list[int]:
         ids = torch.tensor([prompt])
         with torch.inference_mode():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                                 min_new_tokens=n, eos_token_id=None)  # fmt: skip
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                eos_token_id=None,
+            )
         return list(out[0, len(prompt) :].tolist())
 
     return greedy

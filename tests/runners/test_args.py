@@ -12,11 +12,30 @@ from inference_backend.runners.pytorch.args import build_parser as pytorch_parse
 
 ROOT = Path(__file__).parents[2]
 COMMON = {
-    "--model", "--served-model-name", "--host", "--port", "--dtype", "--batching", "--max-batch-size",
-    "--max-batch-tokens", "--max-wait-ms", "--max-model-len", "--max-queue", "--kv-cache-memory-fraction",
-    "--enable-prefix-caching", "--threads", "--max-body-bytes", "--max-stop-sequences", "--max-stop-chars",
-    "--max-messages", "--max-n", "--max-logprobs", "--request-timeout", "--shutdown-timeout", "--chat-template",
-}  # fmt: skip
+    "--model",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--dtype",
+    "--batching",
+    "--max-batch-size",
+    "--max-batch-tokens",
+    "--max-wait-ms",
+    "--max-model-len",
+    "--max-queue",
+    "--kv-cache-memory-fraction",
+    "--enable-prefix-caching",
+    "--threads",
+    "--max-body-bytes",
+    "--max-stop-sequences",
+    "--max-stop-chars",
+    "--max-messages",
+    "--max-n",
+    "--max-logprobs",
+    "--request-timeout",
+    "--shutdown-timeout",
+    "--chat-template",
+}
 
 
 def _flags(parser: object) -> set[str]:

@@ -38,9 +38,18 @@ class Recorder:
 def arrive(gaps_ms: list[float]) -> tuple[Recorder, float]:
     """Submit one request after each gap; wait for all to finish; the backend and the first arrival time."""
     backend = Recorder()
-    sched = Scheduler(backend, policy="dynamic", max_batch_size=64, max_batch_tokens=8192, max_wait_ms=WINDOW_MS,
-                      max_queue=100, kv_capacity_tokens=100_000, max_model_len=512, eos_token_ids={2},
-                      metrics=Metrics("t"))  # fmt: skip
+    sched = Scheduler(
+        backend,
+        policy="dynamic",
+        max_batch_size=64,
+        max_batch_tokens=8192,
+        max_wait_ms=WINDOW_MS,
+        max_queue=100,
+        kv_capacity_tokens=100_000,
+        max_model_len=512,
+        eos_token_ids={2},
+        metrics=Metrics("t"),
+    )
     sched.start()
     done = threading.Semaphore(0)
 

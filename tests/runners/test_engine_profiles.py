@@ -80,8 +80,9 @@ def test_gpu_script_reduced_mode_runs_every_engine(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "WORK": str(tmp_path / "work")}
     if extra:
         env["IB_BENCH_PYTHONPATH"] = extra
-    res = subprocess.run([str(ROOT / "bench" / "gpu" / "h200.sh"), "--reduced"], env=env, capture_output=True,
-                         text=True, timeout=400)  # fmt: skip
+    res = subprocess.run(
+        [str(ROOT / "bench" / "gpu" / "h200.sh"), "--reduced"], env=env, capture_output=True, text=True, timeout=400
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     doc = json.loads((tmp_path / "out" / "reduced-profiles.json").read_text())
     assert [s for s in doc["steps"] if s["status"] != "ok"] == []

@@ -23,8 +23,15 @@ from inference_backend.runners.pytorch import packed  # noqa: E402
 from inference_backend.runners.pytorch.backend import TorchBackend  # noqa: E402
 
 CPU = torch.device("cpu")
-COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+COMMON = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 
 def model_of(kind: str, seed: int = 0) -> Any:
@@ -33,8 +40,14 @@ def model_of(kind: str, seed: int = 0) -> Any:
         config = transformers.LlamaConfig(**COMMON, initializer_range=0.3)
         cls = transformers.LlamaForCausalLM
     elif kind == "llama3-rope":  # Llama 3's rope scaling goes through the model's own rotary module
-        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                   "original_max_position_embeddings": 64, "rope_theta": 500000.0}  # fmt: skip
+        scaling = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 500000.0,
+        }
         config = transformers.LlamaConfig(**COMMON, initializer_range=0.3, rope_parameters=scaling)
         cls = transformers.LlamaForCausalLM
     elif kind == "qwen2":
@@ -84,8 +97,9 @@ def drive(backend: TorchBackend, prompts: list[list[int]], steps: int) -> dict[i
 
 def reference_greedy(model: Any, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt])
-    gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
-                         eos_token_id=None, pad_token_id=0)  # fmt: skip
+    gen = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
+    )
     return [int(t) for t in gen[0, len(prompt) :]]
 
 

@@ -39,8 +39,9 @@ def quantized(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     ],
     ids=["ort-static-prefix", "ort-continuous-prefix", "ort-dynamic", "genai-static-prefix-flag", "genai-dynamic"],
 )
-def test_fp32_greedy_matches_generate(runtime: str, flags: list[str], models: dict[str, Path], reference: Any,
-                                      start_server: Any) -> None:  # fmt: skip
+def test_fp32_greedy_matches_generate(
+    runtime: str, flags: list[str], models: dict[str, Path], reference: Any, start_server: Any
+) -> None:
     """32 concurrent requests (half share a 40-token prefix) in batches of 8: with onnxruntime running the model
     (the default on CPU), later batches reuse the cached prefix; genai's Generator has no prefix cache (logged)."""
     srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, "--genai-runtime", runtime, *flags])
@@ -67,15 +68,29 @@ def test_fp32_greedy_matches_generate(runtime: str, flags: list[str], models: di
 
 @pytest.mark.parametrize("runtime", ["genai", "onnxruntime"])
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy-batch", "with-a-sampled-row"])
-def test_rows_genai_would_end_continue_exactly(sampled: bool, runtime: str, models: dict[str, Path], reference: Any,
-                                               no_eos: Any, start_server: Any) -> None:  # fmt: skip
+def test_rows_genai_would_end_continue_exactly(
+    sampled: bool, runtime: str, models: dict[str, Path], reference: Any, no_eos: Any, start_server: Any
+) -> None:
     """ignore_eos rows that produce eos inside a batch, and a short row batched with a long prompt whose padded width
     plus the short row's max_tokens exceeds the context (512), move to a generator of their own and go on. An
     all-greedy batch lets genai pick; one sampled row makes the batch go through our sampler and set_logits. Run by
     onnxruntime directly, the same batch needs no moves (each row has its own length in one buffer)."""
-    srv = start_server("onnx", ["--model", str(models["genai"]), *ARGS, "--genai-runtime", runtime,
-                                "--batching", "static",
-                                "--max-batch-size", "7" if sampled else "6", "--max-wait-ms", "2000"])  # fmt: skip
+    srv = start_server(
+        "onnx",
+        [
+            "--model",
+            str(models["genai"]),
+            *ARGS,
+            "--genai-runtime",
+            runtime,
+            "--batching",
+            "static",
+            "--max-batch-size",
+            "7" if sampled else "6",
+            "--max-wait-ms",
+            "2000",
+        ],
+    )
     eos_prompts = list(itertools.islice((p for p, _ in workload(40, seed=3) if reference(p, 60)[1]), 3))
     assert len(eos_prompts) >= 2, "the workload has prompts whose greedy continuation ends with eos"
     long_prompt = [1] + [4 + i % 300 for i in range(440)]
@@ -101,8 +116,9 @@ def test_rows_genai_would_end_continue_exactly(sampled: bool, runtime: str, mode
             assert got == reference(prompt, n)[0]
 
 
-def test_fp16_and_int4_load_and_serve(quantized: dict[str, Path], models: dict[str, Path], reference: Any,
-                                      start_server: Any) -> None:  # fmt: skip
+def test_fp16_and_int4_load_and_serve(
+    quantized: dict[str, Path], models: dict[str, Path], reference: Any, start_server: Any
+) -> None:
     """fp16 (the builder's CUDA graph, run by the CPU provider) matches fp32's first greedy token on most prompts;
     int4 (RTN, block 32) on random weights of std 0.5 drifts from the first token, so only shape and determinism are
     checked there. Both give the same tokens batched as alone."""
@@ -110,15 +126,17 @@ def test_fp16_and_int4_load_and_serve(quantized: dict[str, Path], models: dict[s
     for precision, dtype in (("fp16", "float16"), ("int4", "auto")):
         tokens = {}
         for runtime in ("onnxruntime", "genai"):
-            srv = start_server("onnx", ["--model", str(quantized[precision]), *ARGS, "--dtype", dtype,
-                                        "--genai-runtime", runtime])  # fmt: skip
+            srv = start_server(
+                "onnx", ["--model", str(quantized[precision]), *ARGS, "--dtype", dtype, "--genai-runtime", runtime]
+            )
             batched = concurrent(srv.url, [(p, 12) for p, _ in jobs])
             with httpx.Client() as c:
                 alone = [complete(c, srv.url, p, 12, ignore_eos=False) for p, _ in jobs[:3]]
             for b, a in zip(batched, alone, strict=False):
                 assert b["choices"][0]["token_ids"] == a["choices"][0]["token_ids"]
-            firsts = [r["choices"][0]["token_ids"][:1] == reference(p, 1)[0]
-                      for (p, _), r in zip(jobs, batched, strict=True)]  # fmt: skip
+            firsts = [
+                r["choices"][0]["token_ids"][:1] == reference(p, 1)[0] for (p, _), r in zip(jobs, batched, strict=True)
+            ]
             if precision == "fp16":
                 assert sum(firsts) >= 6, firsts
             tokens[runtime] = [r["choices"][0]["token_ids"] for r in batched]

@@ -90,8 +90,10 @@ def test_a_cached_prefix_gives_the_same_tokens(models: dict[str, Path], referenc
         assert got == reference(second, 20)[0]
         again = complete(c, srv.url, first, 20)["choices"][0]["token_ids"]
         assert again == reference(first, 20)[0]
-        sampled = [complete(c, srv.url, second, 12, temperature=1.0, seed=5, presence_penalty=0.5)["choices"][0]
-                   for _ in range(2)]  # fmt: skip
+        sampled = [
+            complete(c, srv.url, second, 12, temperature=1.0, seed=5, presence_penalty=0.5)["choices"][0]
+            for _ in range(2)
+        ]
     assert sampled[0]["token_ids"] == sampled[1]["token_ids"]
     assert metric(srv.url, "vllm:prefix_cache_hits_total") == 4 * 48
 
@@ -107,8 +109,9 @@ def _edited_copy(src: Path, dst: Path, **search: Any) -> Path:
     return dst
 
 
-def test_a_model_it_cannot_run_falls_back_or_is_refused(models: dict[str, Path], reference: Any, tmp_path: Path,
-                                                         start_server: Any) -> None:  # fmt: skip
+def test_a_model_it_cannot_run_falls_back_or_is_refused(
+    models: dict[str, Path], reference: Any, tmp_path: Path, start_server: Any
+) -> None:
     model = _edited_copy(models["genai"], tmp_path / "no-shared-buffer", past_present_share_buffer=False)
     why = "genai_config.json search.past_present_share_buffer is off"
     refused = start_server("onnx", ["--model", str(model), *ARGS], wait=False)
@@ -146,13 +149,28 @@ def test_padded_kv_admits_rows_times_the_longest(padded: bool, first_batch: int)
     """Budget 1000: one request reserving 400 and four reserving 50. Padded, two rows already cost 800 and a third
     1200; summed, all five fit (600)."""
     backend = _Padded(padded)
-    sched = Scheduler(backend, policy="static", max_batch_size=8, max_batch_tokens=8192, max_wait_ms=200,
-                      max_queue=100, kv_capacity_tokens=1000, max_model_len=512, eos_token_ids={2},
-                      metrics=Metrics("t"))  # fmt: skip
+    sched = Scheduler(
+        backend,
+        policy="static",
+        max_batch_size=8,
+        max_batch_tokens=8192,
+        max_wait_ms=200,
+        max_queue=100,
+        kv_capacity_tokens=1000,
+        max_model_len=512,
+        eos_token_ids={2},
+        metrics=Metrics("t"),
+    )
     done = threading.Semaphore(0)
     for i, n in enumerate([399, 49, 49, 49, 49]):  # 1-token prompts: reserved = 1 + max_tokens
-        sched.submit(GenRequest(f"r{i}", [1], SamplingParams(max_tokens=n),
-                                lambda ev: done.release() if ev.finish_reason is not None else None))  # fmt: skip
+        sched.submit(
+            GenRequest(
+                f"r{i}",
+                [1],
+                SamplingParams(max_tokens=n),
+                lambda ev: done.release() if ev.finish_reason is not None else None,
+            )
+        )
     sched.start()
     for _ in range(5):
         assert done.acquire(timeout=20)

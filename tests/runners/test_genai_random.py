@@ -44,8 +44,9 @@ def olive(tmp_path_factory: pytest.TempPathFactory) -> dict[int, tuple[Path, Pat
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_the_olive_build_is_the_builders_asymmetric_graph(bits: int, olive: dict[int, tuple[Path, Path]],
-                                                          models: dict[str, Path], tmp_path: Path) -> None:  # fmt: skip
+def test_the_olive_build_is_the_builders_asymmetric_graph(
+    bits: int, olive: dict[int, tuple[Path, Path]], models: dict[str, Path], tmp_path: Path
+) -> None:
     ref = build_genai(models["tiny"], tmp_path / "float", f"int{bits}", "cpu", extra_options=("is_symmetric=false",))
     ours, theirs = _nodes(olive[bits][1]), _nodes(ref)
     assert [n[:2] for n in ours] == [n[:2] for n in theirs]

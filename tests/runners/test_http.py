@@ -114,8 +114,10 @@ def test_chat_uses_the_template_file(server: Any, models: dict[str, Path]) -> No
     body = {"model": "tiny", "messages": msgs, "max_tokens": 2, "temperature": 0}
     r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 200, r.text
-    expected = tok.encode(tok.apply_chat_template(msgs, chat_template=CHAT_TEMPLATE, tokenize=False,
-                                                  add_generation_prompt=True), add_special_tokens=False)  # fmt: skip
+    expected = tok.encode(
+        tok.apply_chat_template(msgs, chat_template=CHAT_TEMPLATE, tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
+    )
     assert r.json()["usage"]["prompt_tokens"] == len(expected)
     refused = {**body, "messages": [{"role": "system", "content": "be brief"}, *msgs]}
     r = httpx.post(server.url + "/v1/chat/completions", json=refused, timeout=60)

@@ -44,11 +44,15 @@ def test_llama_saved_by_transformers(models: dict[str, Path]) -> None:
     total, _, config = torch_facts(models["tiny"])
     got = inspect(models["tiny"])
     expected = {
-        "format": "safetensors", "architecture": "LlamaForCausalLM", "dtype": "float32",
-        "contextLength": config.max_position_embeddings, "layers": config.num_hidden_layers,
-        "attentionHeads": config.num_attention_heads, "kvHeads": config.num_key_value_heads,
+        "format": "safetensors",
+        "architecture": "LlamaForCausalLM",
+        "dtype": "float32",
+        "contextLength": config.max_position_embeddings,
+        "layers": config.num_hidden_layers,
+        "attentionHeads": config.num_attention_heads,
+        "kvHeads": config.num_key_value_heads,
         "headDim": config.hidden_size // config.num_attention_heads,
-    }  # fmt: skip
+    }
     assert {k: got.get(k) for k in expected} == expected
     assert _count(got["parameters"]) == total
     assert got["tokenizer"]["vocabSize"] == config.vocab_size
@@ -59,9 +63,17 @@ def test_mixtral_moe_saved_by_transformers(tmp_path: Path) -> None:
     import torch
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    config = MixtralConfig(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
-                           max_position_embeddings=1024)  # fmt: skip
+    config = MixtralConfig(
+        vocab_size=320,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=1024,
+    )
     torch.manual_seed(0)
     MixtralForCausalLM(config).save_pretrained(tmp_path / "mix")
     total, routed, _ = torch_facts(tmp_path / "mix")

@@ -30,14 +30,27 @@ def test_models_list(client: Any) -> None:
 def test_completions_greedy_and_streamed_with_usage(client: Any, reference: Any) -> None:
     prompt = [1, 5, 9, 14]
     want, _ = reference(prompt, 6)
-    r = client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0,
-                                  extra_body={"ignore_eos": True, "return_token_ids": True})  # fmt: skip
+    r = client.completions.create(
+        model="tiny",
+        prompt=prompt,
+        max_tokens=6,
+        temperature=0,
+        extra_body={"ignore_eos": True, "return_token_ids": True},
+    )
     assert r.choices[0].model_extra["token_ids"][: len(want)] == want
     assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (4, 6, 10)
     assert r.choices[0].finish_reason == "length"
-    chunks = list(client.completions.create(model="tiny", prompt=prompt, max_tokens=6, temperature=0, stream=True,
-                                            stream_options={"include_usage": True},
-                                            extra_body={"ignore_eos": True}))  # fmt: skip
+    chunks = list(
+        client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text
     assert all(c.usage is None for c in chunks[:-1])
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
@@ -46,12 +59,21 @@ def test_completions_greedy_and_streamed_with_usage(client: Any, reference: Any)
 
 
 def test_chat_and_streamed_chat_with_usage(client: Any) -> None:
-    r = client.chat.completions.create(model="tiny", messages=MSG, max_tokens=5, temperature=0,
-                                       extra_body={"ignore_eos": True})  # fmt: skip
+    r = client.chat.completions.create(
+        model="tiny", messages=MSG, max_tokens=5, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert r.choices[0].message.role == "assistant" and r.usage.completion_tokens == 5
-    chunks = list(client.chat.completions.create(model="tiny", messages=MSG, max_completion_tokens=5, temperature=0,
-                                                 stream=True, stream_options={"include_usage": True},
-                                                 extra_body={"ignore_eos": True}))  # fmt: skip
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=MSG,
+            max_completion_tokens=5,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == r.choices[0].message.content
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
@@ -59,33 +81,62 @@ def test_chat_and_streamed_chat_with_usage(client: Any) -> None:
 
 
 def test_stop_ends_the_text_before_the_stop_string(client: Any) -> None:
-    full = client.completions.create(model="tiny", prompt="the cat", max_tokens=16, temperature=0,
-                                     extra_body={"ignore_eos": True}).choices[0].text  # fmt: skip
+    full = (
+        client.completions.create(
+            model="tiny", prompt="the cat", max_tokens=16, temperature=0, extra_body={"ignore_eos": True}
+        )
+        .choices[0]
+        .text
+    )
     # random weights give byte-level noise: stop at two whole characters from the middle of the text
     at = next(i for i in range(len(full) // 2, len(full) - 1) if "\ufffd" not in full[i : i + 2])
     stop = full[at : at + 2]
-    r = client.completions.create(model="tiny", prompt="the cat", max_tokens=16, temperature=0, stop=[stop, "\x00"],
-                                  extra_body={"ignore_eos": True})  # fmt: skip
+    r = client.completions.create(
+        model="tiny",
+        prompt="the cat",
+        max_tokens=16,
+        temperature=0,
+        stop=[stop, "\x00"],
+        extra_body={"ignore_eos": True},
+    )
     assert r.choices[0].text == full[: full.index(stop)] and r.choices[0].finish_reason == "stop"
-    streamed = client.completions.create(model="tiny", prompt="the cat", max_tokens=16, temperature=0, stop=stop,
-                                         stream=True, extra_body={"ignore_eos": True})  # fmt: skip
+    streamed = client.completions.create(
+        model="tiny",
+        prompt="the cat",
+        max_tokens=16,
+        temperature=0,
+        stop=stop,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     assert "".join(c.choices[0].text for c in streamed if c.choices) == r.choices[0].text
 
 
 def test_seed_makes_sampling_reproducible(client: Any) -> None:
     def sample(seed: int) -> str:
-        r = client.completions.create(model="tiny", prompt="the", max_tokens=12, temperature=1.0, seed=seed,
-                                      extra_body={"ignore_eos": True})  # fmt: skip
+        r = client.completions.create(
+            model="tiny", prompt="the", max_tokens=12, temperature=1.0, seed=seed, extra_body={"ignore_eos": True}
+        )
         return str(r.choices[0].text)
 
     first = sample(7)
     assert sample(7) == first
     assert any(sample(s) != first for s in (8, 9, 10)), "the seed changes nothing"
-    greedy = client.completions.create(model="tiny", prompt="the", max_tokens=12, temperature=0,
-                                       extra_body={"ignore_eos": True}).choices[0].text  # fmt: skip
+    greedy = (
+        client.completions.create(
+            model="tiny", prompt="the", max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
+        )
+        .choices[0]
+        .text
+    )
     # a top_p below the top token's probability keeps that token alone (found by schemathesis: 5e-324 was a 500)
-    tiny_p = client.completions.create(model="tiny", prompt="the", max_tokens=12, temperature=1.0, top_p=5e-324,
-                                       extra_body={"ignore_eos": True}).choices[0].text  # fmt: skip
+    tiny_p = (
+        client.completions.create(
+            model="tiny", prompt="the", max_tokens=12, temperature=1.0, top_p=5e-324, extra_body={"ignore_eos": True}
+        )
+        .choices[0]
+        .text
+    )
     assert tiny_p == greedy
 
 
@@ -103,8 +154,9 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("api", "fields", "param"), REFUSED, ids=[f"{a}-{p}" for a, _, p in REFUSED])
-def test_unimplemented_fields_are_typed_400s_naming_the_parameter(client: Any, api: str, fields: dict[str, Any],
-                                                                  param: str) -> None:  # fmt: skip
+def test_unimplemented_fields_are_typed_400s_naming_the_parameter(
+    client: Any, api: str, fields: dict[str, Any], param: str
+) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         if api == "chat":
             client.chat.completions.create(model="tiny", messages=MSG, max_tokens=2, **fields)
@@ -115,9 +167,18 @@ def test_unimplemented_fields_are_typed_400s_naming_the_parameter(client: Any, a
 
 
 def test_neutral_values_of_unimplemented_fields_are_accepted(client: Any) -> None:
-    r = client.chat.completions.create(model="tiny", messages=MSG, max_tokens=2, n=1, logprobs=False,
-                                       presence_penalty=0, frequency_penalty=0.0, tools=[],
-                                       response_format={"type": "text"}, user="u1")  # fmt: skip
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=MSG,
+        max_tokens=2,
+        n=1,
+        logprobs=False,
+        presence_penalty=0,
+        frequency_penalty=0.0,
+        tools=[],
+        response_format={"type": "text"},
+        user="u1",
+    )
     assert len(r.choices) == 1
 
 

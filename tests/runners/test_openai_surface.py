@@ -57,8 +57,17 @@ def test_unsupported_chat_fields_are_refused(bare: Any, field: str, value: Any) 
 
 
 def test_neutral_values_and_bookkeeping_fields_are_accepted(bare: Any) -> None:
-    neutral = {"logprobs": None, "echo": False, "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {},
-               "best_of": 1, "user": "u-1", "metadata": {"k": "v"}, "store": False}  # fmt: skip
+    neutral = {
+        "logprobs": None,
+        "echo": False,
+        "presence_penalty": 0,
+        "frequency_penalty": 0.0,
+        "logit_bias": {},
+        "best_of": 1,
+        "user": "u-1",
+        "metadata": {"k": "v"},
+        "store": False,
+    }
     body = {"model": "tiny", "prompt": "the cat", "max_tokens": 2, "temperature": 0, **neutral}
     assert httpx.post(bare.url + "/v1/completions", json=body, timeout=60).status_code == 200
 

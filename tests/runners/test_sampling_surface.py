@@ -113,8 +113,15 @@ def test_completion_logprobs_equal_transformers(server: Any, hf: Any) -> None:
 
 
 def test_sampled_logprobs_are_those_of_the_sampled_tokens(server: Any, hf: Any) -> None:
-    body = {"prompt": PROMPT, "max_tokens": 10, "temperature": 1.3, "seed": 11, "ignore_eos": True,
-            "return_token_ids": True, "logprobs": 0}  # fmt: skip
+    body = {
+        "prompt": PROMPT,
+        "max_tokens": 10,
+        "temperature": 1.3,
+        "seed": 11,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "logprobs": 0,
+    }
     choice = _post(server, "/v1/completions", body)["choices"][0]
     ids, lp = choice["token_ids"], choice["logprobs"]
     ref = _logprobs(hf, PROMPT + ids, len(PROMPT))
@@ -124,8 +131,12 @@ def test_sampled_logprobs_are_those_of_the_sampled_tokens(server: Any, hf: Any) 
 
 def test_top_k_and_min_p_keep_the_sampled_tokens_among_the_likeliest(server: Any, hf: Any) -> None:
     body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 2.0, "ignore_eos": True, "return_token_ids": True}
-    for extra, check in [({"top_k": 3}, "top3"), ({"min_p": 0.3}, "min_p"), ({"top_k": 1}, "greedy"),
-                         ({"min_p": 1.0}, "greedy")]:  # fmt: skip
+    for extra, check in [
+        ({"top_k": 3}, "top3"),
+        ({"min_p": 0.3}, "min_p"),
+        ({"top_k": 1}, "greedy"),
+        ({"min_p": 1.0}, "greedy"),
+    ]:
         for seed in (1, 2):
             ids = _post(server, "/v1/completions", {**body, **extra, "seed": seed})["choices"][0]["token_ids"]
             probs = (_logprobs(hf, PROMPT + ids, len(PROMPT)) / 2.0).softmax(-1)  # at temperature 2, as sampled
@@ -142,8 +153,15 @@ def test_top_k_and_min_p_keep_the_sampled_tokens_among_the_likeliest(server: Any
 
 def test_chat_logprobs_with_the_official_client_streamed_and_whole(server: Any, hf: Any) -> None:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    kw: dict[str, Any] = {"model": "tiny", "messages": MSG, "max_tokens": 6, "temperature": 0, "logprobs": True,
-                          "top_logprobs": 2, "extra_body": {"ignore_eos": True, "return_token_ids": True}}  # fmt: skip
+    kw: dict[str, Any] = {
+        "model": "tiny",
+        "messages": MSG,
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "extra_body": {"ignore_eos": True, "return_token_ids": True},
+    }
     r = client.chat.completions.create(**kw)
     content = r.choices[0].logprobs.content
     ids = r.choices[0].model_extra["token_ids"]
@@ -167,10 +185,15 @@ def test_chat_logprobs_with_the_official_client_streamed_and_whole(server: Any, 
 def test_penalties_follow_openais_formula_beside_plain_greedy_requests(server: Any, hf: Any) -> None:
     penalized = [(2.0, 0.0), (0.0, 1.5), (0.0, -2.0), (-2.0, 0.0)]  # negative: the model repeats itself
     with httpx.Client() as client, ThreadPoolExecutor(8) as pool:
-        plain = [pool.submit(complete, client, server.url, [1, 9 + i, 4, 30 + i], 12, ignore_eos=True)
-                 for i in range(4)]  # fmt: skip
-        pen = [pool.submit(complete, client, server.url, PROMPT, 12, ignore_eos=True, presence_penalty=p,
-                           frequency_penalty=f) for p, f in penalized]  # fmt: skip
+        plain = [
+            pool.submit(complete, client, server.url, [1, 9 + i, 4, 30 + i], 12, ignore_eos=True) for i in range(4)
+        ]
+        pen = [
+            pool.submit(
+                complete, client, server.url, PROMPT, 12, ignore_eos=True, presence_penalty=p, frequency_penalty=f
+            )
+            for p, f in penalized
+        ]
         got_plain = [f.result()["choices"][0]["token_ids"] for f in plain]
         got_pen = [f.result()["choices"][0]["token_ids"] for f in pen]
     for i, toks in enumerate(got_plain):
@@ -182,8 +205,14 @@ def test_penalties_follow_openais_formula_beside_plain_greedy_requests(server: A
 
 
 def test_n_choices_are_the_seeded_single_choices(server: Any) -> None:
-    body = {"prompt": PROMPT, "max_tokens": 8, "temperature": 1.0, "seed": 100, "ignore_eos": True,
-            "return_token_ids": True}  # fmt: skip
+    body = {
+        "prompt": PROMPT,
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "seed": 100,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
     r = _post(server, "/v1/completions", {**body, "n": 3})
     assert [c["index"] for c in r["choices"]] == [0, 1, 2]
     singles = [_post(server, "/v1/completions", {**body, "seed": 100 + i})["choices"][0] for i in range(3)]
@@ -191,8 +220,9 @@ def test_n_choices_are_the_seeded_single_choices(server: Any) -> None:
     assert len({tuple(c["token_ids"]) for c in singles}) > 1, "every choice is the same: the seeds change nothing"
     assert r["usage"] == {"prompt_tokens": len(PROMPT), "completion_tokens": 24, "total_tokens": len(PROMPT) + 24}
     texts: dict[int, str] = {}
-    with httpx.stream("POST", server.url + "/v1/completions", timeout=120,
-                      json={"model": "tiny", **body, "n": 3, "stream": True}) as s:  # fmt: skip
+    with httpx.stream(
+        "POST", server.url + "/v1/completions", timeout=120, json={"model": "tiny", **body, "n": 3, "stream": True}
+    ) as s:
         for line in s.iter_lines():
             if line.startswith("data: {"):
                 for c in json.loads(line[6:])["choices"]:
@@ -202,12 +232,23 @@ def test_n_choices_are_the_seeded_single_choices(server: Any) -> None:
 
 def test_chat_n_with_the_official_client(server: Any) -> None:
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    r = client.chat.completions.create(model="tiny", messages=MSG, max_tokens=5, n=4, temperature=0.9, seed=3,
-                                       extra_body={"ignore_eos": True})  # fmt: skip
+    r = client.chat.completions.create(
+        model="tiny", messages=MSG, max_tokens=5, n=4, temperature=0.9, seed=3, extra_body={"ignore_eos": True}
+    )
     assert sorted(c.index for c in r.choices) == [0, 1, 2, 3] and r.usage.completion_tokens == 20
-    chunks = list(client.chat.completions.create(model="tiny", messages=MSG, max_tokens=5, n=4, temperature=0.9,
-                                                 seed=3, stream=True, stream_options={"include_usage": True},
-                                                 extra_body={"ignore_eos": True}))  # fmt: skip
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=MSG,
+            max_tokens=5,
+            n=4,
+            temperature=0.9,
+            seed=3,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     texts = ["", "", "", ""]
     for c in chunks:
         for ch in c.choices:

@@ -27,8 +27,19 @@ SHAPE = {"message": (str,), "type": (str,), "param": (str, type(None)), "code": 
 @pytest.fixture(scope="module", params=["pytorch", "onnx"])
 def served(request: Any, models: dict[str, Path], start_server: Any, chat_template: Path) -> Any:
     model = models["tiny" if request.param == "pytorch" else "onnx"]
-    return start_server(request.param, ["--model", str(model), "--served-model-name", "tiny", "--chat-template",
-                                        str(chat_template), "--max-model-len", "64"])  # fmt: skip
+    return start_server(
+        request.param,
+        [
+            "--model",
+            str(model),
+            "--served-model-name",
+            "tiny",
+            "--chat-template",
+            str(chat_template),
+            "--max-model-len",
+            "64",
+        ],
+    )
 
 
 def problem(status: int, body: bytes) -> str | None:
@@ -57,8 +68,14 @@ def test_problem_spots_what_the_fuzzing_must_not_see() -> None:
 
 
 def fuzz(op: Any, mode: GenerationMode, url: str, seen: Counter[tuple[str, int]], failures: list[str]) -> None:
-    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(case=op.as_strategy(mode))
     def send(case: Any) -> None:
         if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) and "model" in case.body:

@@ -18,9 +18,26 @@ DType = Literal["float32", "float16", "bfloat16", "fp8", "int8", "int4"]
 # Weight quantization schemes. GPU schemes (awq, gptq, fp8, int8, bitsandbytes) apply to safetensors checkpoints,
 # the q*/f16 ones are GGUF tensor types (llama.cpp ggml-quants).
 Quantization = Literal[
-    "none", "awq", "gptq", "fp8", "int8", "bitsandbytes",
-    "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k",
-]  # fmt: skip
+    "none",
+    "awq",
+    "gptq",
+    "fp8",
+    "int8",
+    "bitsandbytes",
+    "f32",
+    "f16",
+    "bf16",
+    "q8_0",
+    "q6_k",
+    "q5_k_m",
+    "q5_k_s",
+    "q5_0",
+    "q4_k_m",
+    "q4_k_s",
+    "q4_0",
+    "q3_k_m",
+    "q2_k",
+]
 GGUF_QUANTIZATIONS = frozenset(
     {"f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q4_k_m", "q4_k_s", "q4_0", "q3_k_m", "q2_k"}
 )
@@ -92,8 +109,10 @@ def qualified_name(key: str) -> str:
     """Raise ValueError unless ``key`` is a valid label key."""
     prefix, _, name = key.rpartition("/")
     if not re.match(QUALIFIED_NAME_PATTERN, key) or len(prefix) > 253 or len(name) > 63:
-        raise ValueError(f"{key!r} is not a valid label key (an optional DNS-subdomain prefix and '/', then at "
-                         "most 63 characters of [-A-Za-z0-9_.] starting and ending alphanumeric)")  # fmt: skip
+        raise ValueError(
+            f"{key!r} is not a valid label key (an optional DNS-subdomain prefix and '/', then at "
+            "most 63 characters of [-A-Za-z0-9_.] starting and ending alphanumeric)"
+        )
     return key
 
 
@@ -197,15 +216,24 @@ def _rules(*rules: tuple[str, str]) -> ConfigDict:
 
 _QN_CORE = QUALIFIED_NAME_PATTERN[1:-1]
 _TOLERATION_RULES = (
-    ("!has(self.key) || self.key == '' || (self.key.matches(r'" + QUALIFIED_NAME_PATTERN + "') && "
-     "self.key.split('/')[0].size() <= 253)", "key must be a label key"),
-    ("(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
-     "operator must be Exists when key is empty"),
-    ("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-     "effect must be NoExecute when tolerationSeconds is set"),
-    ("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
-     "value must be empty when operator is Exists"),
-)  # fmt: skip
+    (
+        "!has(self.key) || self.key == '' || (self.key.matches(r'" + QUALIFIED_NAME_PATTERN + "') && "
+        "self.key.split('/')[0].size() <= 253)",
+        "key must be a label key",
+    ),
+    (
+        "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+        "operator must be Exists when key is empty",
+    ),
+    (
+        "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+        "effect must be NoExecute when tolerationSeconds is set",
+    ),
+    (
+        "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+        "value must be empty when operator is Exists",
+    ),
+)
 
 
 class Toleration(ApiModel):
@@ -270,8 +298,14 @@ class FieldSelector(ApiModel):
 class ResourceFieldSelector(ApiModel):
     """A resource of the engine container (core/v1 ResourceFieldSelector, of the container itself)."""
 
-    resource: Literal["limits.cpu", "limits.memory", "limits.ephemeral-storage", "requests.cpu",
-                      "requests.memory", "requests.ephemeral-storage"]  # fmt: skip
+    resource: Literal[
+        "limits.cpu",
+        "limits.memory",
+        "limits.ephemeral-storage",
+        "requests.cpu",
+        "requests.memory",
+        "requests.ephemeral-storage",
+    ]
     """The resource to expose."""
 
 
@@ -282,9 +316,12 @@ class EnvVarSource(ApiModel):
     """Where a variable's value comes from (core/v1 EnvVarSource): exactly one of the fields."""
 
     model_config = ApiModel.model_config | _rules(
-        ("[has(self.fieldRef), has(self.resourceFieldRef), has(self.secretKeyRef), has(self.configMapKeyRef)]"
-         ".filter(x, x).size() == 1", _ONE_SOURCE)
-    )  # fmt: skip
+        (
+            "[has(self.fieldRef), has(self.resourceFieldRef), has(self.secretKeyRef), has(self.configMapKeyRef)]"
+            ".filter(x, x).size() == 1",
+            _ONE_SOURCE,
+        )
+    )
     field_ref: FieldSelector | None = None
     """A field of the pod."""
     resource_field_ref: ResourceFieldSelector | None = None
@@ -331,14 +368,18 @@ def _q(side: str) -> str:
 
 _BOTH = "k in self.limits && isQuantity(string(self.requests[k])) && isQuantity(string(self.limits[k]))"
 RESOURCE_RULES = [
-    {"rule": f"self.requests.all(k, !({_BOTH}) || !{_q('requests')}.isGreaterThan({_q('limits')}))",
-     "message": "resources: a request above its limit (give one of them: a request alone raises the computed limit, "
-                "a limit alone caps the computed request)"},
-    {"rule": f"self.requests.all(k, !(k.contains('/') || k.startsWith('hugepages-')) || !({_BOTH}) || "
-             f"{_q('requests')}.compareTo({_q('limits')}) == 0)",
-     "message": "resources: an extended resource or hugepages request must equal its limit (give one of them: it "
-                "sets both)"},
-]  # fmt: skip
+    {
+        "rule": f"self.requests.all(k, !({_BOTH}) || !{_q('requests')}.isGreaterThan({_q('limits')}))",
+        "message": "resources: a request above its limit (give one of them: a request alone raises the computed limit, "
+        "a limit alone caps the computed request)",
+    },
+    {
+        "rule": f"self.requests.all(k, !(k.contains('/') || k.startsWith('hugepages-')) || !({_BOTH}) || "
+        f"{_q('requests')}.compareTo({_q('limits')}) == 0)",
+        "message": "resources: an extended resource or hugepages request must equal its limit (give one of them: it "
+        "sets both)",
+    },
+]
 
 
 def exact_resource(name: str) -> bool:

@@ -33,12 +33,32 @@ SCALE = {
 selector from the status the operator writes."""
 
 _KEEP = {
-    "type", "description", "default", "enum", "format", "pattern", "minimum", "maximum", "minLength", "maxLength",
-    "minItems", "maxItems", "minProperties", "maxProperties", "items", "properties", "required",
-    "additionalProperties", "exclusiveMinimum", "exclusiveMaximum", "x-kubernetes-validations",
-    "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-list-type",
+    "type",
+    "description",
+    "default",
+    "enum",
+    "format",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "items",
+    "properties",
+    "required",
+    "additionalProperties",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "x-kubernetes-validations",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
-}  # fmt: skip
+}
 
 
 _BOUND_NAMES = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
@@ -107,10 +127,17 @@ def _conditions_as_map(status: dict[str, Any]) -> None:
     conditions["x-kubernetes-list-map-keys"] = ["type"]
 
 
-def _crd(kind: str, plural: str, short: str, spec: dict[str, Any], status: dict[str, Any],
-         columns: list[dict[str, Any]], description: str,
-         root_rules: list[dict[str, str]] | None = None,
-         scale: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def _crd(
+    kind: str,
+    plural: str,
+    short: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    columns: list[dict[str, Any]],
+    description: str,
+    root_rules: list[dict[str, str]] | None = None,
+    scale: dict[str, str] | None = None,
+) -> dict[str, Any]:
     schema: dict[str, Any] = {
         "type": "object",
         "description": description,
@@ -191,10 +218,17 @@ def inference_backend_crd(rules: list[dict[str, str]], engines: str, backend: st
         ),
     ]
     return _crd(
-        "InferenceBackend", "inferencebackends", "ib", spec, status, columns,
+        "InferenceBackend",
+        "inferencebackends",
+        "ib",
+        spec,
+        status,
+        columns,
         f"InferenceBackend serves one model with the engine the operator selects ({engines}) and says why in "
-        "status.decision.", [NAME_RULE], SCALE,
-    )  # fmt: skip
+        "status.decision.",
+        [NAME_RULE],
+        SCALE,
+    )
 
 
 def model_crd() -> dict[str, Any]:
@@ -211,7 +245,12 @@ def model_crd() -> dict[str, Any]:
         "description": "Unused for now.",
     }
     return _crd(
-        "Model", "models", "mdl", schema_of(ModelSpec), status, columns,
+        "Model",
+        "models",
+        "mdl",
+        schema_of(ModelSpec),
+        status,
+        columns,
         "Model is an entry of the model registry: what a model is, so the operator can size it, pick an "
         "engine for it and check a draft model against it.",
-    )  # fmt: skip
+    )

@@ -297,16 +297,24 @@ class ScalingBehavior(ApiModel):
 
 
 _AUTOSCALING_RULES = [
-    {"rule": "self.minReplicas <= self.maxReplicas",
-     "message": "autoscaling.minReplicas must be at most autoscaling.maxReplicas"},
-    {"rule": "self.minReplicas > 0 || has(self.scaleToZero)",
-     "message": "autoscaling.minReplicas 0 scales to zero: set autoscaling.scaleToZero (cooldownSeconds and "
-                "wakeQuery) to opt in"},
-    {"rule": "!has(self.scaleToZero) || self.minReplicas == 0",
-     "message": "autoscaling.scaleToZero is set: autoscaling.minReplicas must be 0"},
-    {"rule": "self.metric != 'kvCacheUsage' || self.target <= 100.0",
-     "message": "autoscaling.target is a percentage of the KV cache for metric kvCacheUsage: at most 100"},
-]  # fmt: skip
+    {
+        "rule": "self.minReplicas <= self.maxReplicas",
+        "message": "autoscaling.minReplicas must be at most autoscaling.maxReplicas",
+    },
+    {
+        "rule": "self.minReplicas > 0 || has(self.scaleToZero)",
+        "message": "autoscaling.minReplicas 0 scales to zero: set autoscaling.scaleToZero (cooldownSeconds and "
+        "wakeQuery) to opt in",
+    },
+    {
+        "rule": "!has(self.scaleToZero) || self.minReplicas == 0",
+        "message": "autoscaling.scaleToZero is set: autoscaling.minReplicas must be 0",
+    },
+    {
+        "rule": "self.metric != 'kvCacheUsage' || self.target <= 100.0",
+        "message": "autoscaling.target is a percentage of the KV cache for metric kvCacheUsage: at most 100",
+    },
+]
 
 
 class Autoscaling(ApiModel):
@@ -333,12 +341,16 @@ class Autoscaling(ApiModel):
 
     @model_validator(mode="after")
     def _cross_fields(self) -> Autoscaling:  # mirrors the CEL rules above, for the offline CLI
-        for rule, field in zip(_AUTOSCALING_RULES, (
-            self.min_replicas <= self.max_replicas,
-            self.min_replicas > 0 or self.scale_to_zero is not None,
-            self.scale_to_zero is None or self.min_replicas == 0,
-            self.metric != "kvCacheUsage" or self.target <= 100,
-        ), strict=True):  # fmt: skip
+        for rule, field in zip(
+            _AUTOSCALING_RULES,
+            (
+                self.min_replicas <= self.max_replicas,
+                self.min_replicas > 0 or self.scale_to_zero is not None,
+                self.scale_to_zero is None or self.min_replicas == 0,
+                self.metric != "kvCacheUsage" or self.target <= 100,
+            ),
+            strict=True,
+        ):
             if not field:
                 raise ValueError(rule["message"])
         return self

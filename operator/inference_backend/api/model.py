@@ -43,8 +43,10 @@ _UNIT = "{'K': 1000.0, 'M': 1000000.0, 'B': 1000000000.0, 'T': 1000000000000.0}"
 
 def _count_cel(field: str) -> str:
     """CEL for a parameter count field as a double: the number times its unit."""
-    return (f"double(self.{field}.substring(0, self.{field}.size() - 1)) * "
-            f"{_UNIT}[self.{field}.substring(self.{field}.size() - 1)]")  # fmt: skip
+    return (
+        f"double(self.{field}.substring(0, self.{field}.size() - 1)) * "
+        f"{_UNIT}[self.{field}.substring(self.{field}.size() - 1)]"
+    )
 
 
 def parameters_double(text: str) -> float:
@@ -58,20 +60,28 @@ HIDDEN_RATIO = (0.5, 4)
 (Qwen3-0.6B: 128 x 16 / 1024; Qwen3-30B-A3B: 128 x 32 / 2048): this allows a factor 1.5 to 2 beyond them and still
 refuses a headDim given for the hidden size (x heads) or a per-group figure."""
 _MODEL_RULES: list[dict[str, str]] = [
-    {"rule": "!has(self.activeExpertsPerToken) || !has(self.experts) || self.activeExpertsPerToken <= self.experts",
-     "message": "activeExpertsPerToken must not exceed experts"},
-    {"rule": "!has(self.kvHeads) || !has(self.attentionHeads) || (self.kvHeads <= self.attentionHeads && "
-             "self.attentionHeads % self.kvHeads == 0)",
-     "message": "kvHeads must divide attentionHeads (each key/value head serves a whole group of query heads)"},
-    {"rule": "!has(self.hiddenSize) || !has(self.headDim) || !has(self.attentionHeads) || "
-             "(2 * self.headDim * self.attentionHeads >= self.hiddenSize && "
-             "self.headDim * self.attentionHeads <= 4 * self.hiddenSize)",
-     "message": "headDim x attentionHeads must be between half and 4 times hiddenSize (published models: 0.76 to 2)"},
-    {"rule": "!has(self.activeParameters) || !has(self.parameters) || "
-             f"{_count_cel('activeParameters')} <= {_count_cel('parameters')}",
-     "message": "activeParameters must not exceed parameters"},
+    {
+        "rule": "!has(self.activeExpertsPerToken) || !has(self.experts) || self.activeExpertsPerToken <= self.experts",
+        "message": "activeExpertsPerToken must not exceed experts",
+    },
+    {
+        "rule": "!has(self.kvHeads) || !has(self.attentionHeads) || (self.kvHeads <= self.attentionHeads && "
+        "self.attentionHeads % self.kvHeads == 0)",
+        "message": "kvHeads must divide attentionHeads (each key/value head serves a whole group of query heads)",
+    },
+    {
+        "rule": "!has(self.hiddenSize) || !has(self.headDim) || !has(self.attentionHeads) || "
+        "(2 * self.headDim * self.attentionHeads >= self.hiddenSize && "
+        "self.headDim * self.attentionHeads <= 4 * self.hiddenSize)",
+        "message": "headDim x attentionHeads must be between half and 4 times hiddenSize (published models: 0.76 to 2)",
+    },
+    {
+        "rule": "!has(self.activeParameters) || !has(self.parameters) || "
+        f"{_count_cel('activeParameters')} <= {_count_cel('parameters')}",
+        "message": "activeParameters must not exceed parameters",
+    },
     PVC_CLAIM_RULE,
-]  # fmt: skip
+]
 
 
 class ModelSpec(ApiModel):
@@ -128,15 +138,22 @@ class ModelSpec(ApiModel):
             and self.attention_heads
             and (self.kv_heads > self.attention_heads or self.attention_heads % self.kv_heads)
         ):
-            raise ValueError(f"kvHeads {self.kv_heads} must divide attentionHeads {self.attention_heads} (each "
-                             "key/value head serves a whole group of query heads)")  # fmt: skip
+            raise ValueError(
+                f"kvHeads {self.kv_heads} must divide attentionHeads {self.attention_heads} (each "
+                "key/value head serves a whole group of query heads)"
+            )
         if self.hidden_size and self.head_dim and self.attention_heads:
             width = self.head_dim * self.attention_heads
             if not (2 * width >= self.hidden_size and width <= 4 * self.hidden_size):
-                raise ValueError(f"headDim x attentionHeads = {width} must be between half and 4 times hiddenSize "
-                                 f"{self.hidden_size} (published models: 0.76 to 2)")  # fmt: skip
-        if (self.active_parameters and self.parameters
-                and parameters_double(self.active_parameters) > parameters_double(self.parameters)):  # fmt: skip
+                raise ValueError(
+                    f"headDim x attentionHeads = {width} must be between half and 4 times hiddenSize "
+                    f"{self.hidden_size} (published models: 0.76 to 2)"
+                )
+        if (
+            self.active_parameters
+            and self.parameters
+            and parameters_double(self.active_parameters) > parameters_double(self.parameters)
+        ):
             raise ValueError(f"activeParameters {self.active_parameters} exceeds parameters {self.parameters}")
         if not pvc_claim_ok(self.uri):
             raise ValueError(PVC_CLAIM_RULE["message"])

@@ -123,8 +123,9 @@ class NodeClasses:
             return False
         return self.set_devices(node_devices(self._slices.values()).by_node)
 
-    async def run_slices(self, client: AsyncClient, on_change: Callable[[], None],
-                         on_added: Callable[[], None] | None = None) -> None:  # fmt: skip
+    async def run_slices(
+        self, client: AsyncClient, on_change: Callable[[], None], on_added: Callable[[], None] | None = None
+    ) -> None:
         """List, then watch the ResourceSlices of the GPU DRA drivers (resource.k8s.io/v1); a cluster without that
         API (before Kubernetes 1.34, or DRA off) is said once in the log and not watched."""
         delay = 1.0
@@ -164,8 +165,9 @@ class NodeClasses:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 60.0)
 
-    async def run(self, client: AsyncClient, on_change: Callable[[], None],
-                  on_added: Callable[[], None] | None = None) -> None:  # fmt: skip
+    async def run(
+        self, client: AsyncClient, on_change: Callable[[], None], on_added: Callable[[], None] | None = None
+    ) -> None:
         """List, then watch from the listing's resourceVersion; list again when the watch expires or fails.
 
         ``on_change`` is called after the recorded classes changed (not for the first listing); ``on_added`` after

@@ -39,5 +39,17 @@ def check_spec(spec: InferenceBackendSpec) -> None:
     rules.check(spec, REGISTRY)
 
 
-__all__ = ["CARDS", "ENGINES", "NAMES", "REGISTRY", "VERSIONS", "EngineCard", "EngineContainer", "MeasuredRow",
-           "Profile", "Renderer", "card", "check_spec"]  # fmt: skip
+__all__ = [
+    "CARDS",
+    "ENGINES",
+    "NAMES",
+    "REGISTRY",
+    "VERSIONS",
+    "EngineCard",
+    "EngineContainer",
+    "MeasuredRow",
+    "Profile",
+    "Renderer",
+    "card",
+    "check_spec",
+]

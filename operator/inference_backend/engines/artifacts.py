@@ -38,11 +38,15 @@ _FILE_SUFFIXES = (".gguf", ".onnx", ".safetensors", ".bin", ".pt", ".pth")
 # Keys of the credentials Secret, as documented on ModelSource.credentialsSecret (api/inferencebackend.py).
 _SECRET_KEYS: dict[str, tuple[tuple[str, bool], ...]] = {
     "hf": (("HF_TOKEN", False),),
-    "s3": (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False), ("AWS_ENDPOINT_URL", True),
-           ("AWS_REGION", True)),
+    "s3": (
+        ("AWS_ACCESS_KEY_ID", False),
+        ("AWS_SECRET_ACCESS_KEY", False),
+        ("AWS_ENDPOINT_URL", True),
+        ("AWS_REGION", True),
+    ),
     "gs": (("GOOGLE_APPLICATION_CREDENTIALS_JSON", False),),
     "https": (),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -177,8 +181,10 @@ def resolve(model: ResolvedModel, own_hf_loader: bool, role: str = "model") -> A
     scheme, rest = split_uri(model.uri)
     mount = MOUNTS[role]
     if model.cache is not None and scheme in ("pvc", "oci"):
-        raise InvalidSpec("spec.model.cache", f"the weights of {scheme}:// are already on a volume: nothing to cache "
-                                              "(remove spec.model.cache)")  # fmt: skip
+        raise InvalidSpec(
+            "spec.model.cache",
+            f"the weights of {scheme}:// are already on a volume: nothing to cache (remove spec.model.cache)",
+        )
     if scheme == "hf":
         parts = rest.split("/")
         if len(parts) < 2 or not parts[1].partition("@")[0] or parts[1].endswith("@"):
@@ -188,8 +194,11 @@ def resolve(model: ResolvedModel, own_hf_loader: bool, role: str = "model") -> A
             return Artifact(scheme, hf_repo=repo, hf_file=file, env=secret_env(model.credentials_secret, "hf"))
         if model.format == "gguf" and file is None:
             why = "spec.model.cache" if model.cache is not None else field
-            raise InvalidSpec(why, f"{model.uri!r}: name the GGUF file (hf://org/repo[@revision]/FILE.gguf) to fetch "
-                                   "it; a repository holds several quantizations")  # fmt: skip
+            raise InvalidSpec(
+                why,
+                f"{model.uri!r}: name the GGUF file (hf://org/repo[@revision]/FILE.gguf) to fetch "
+                "it; a repository holds several quantizations",
+            )
         return _fetch(model, role, model.uri, scheme, field)
     if scheme == "pvc":
         claim, _, path = rest.partition("/")

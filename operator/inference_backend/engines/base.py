@@ -284,8 +284,12 @@ DRA_CLAIM = "gpus"
 """The pod's resourceClaims entry (and the container's resources.claims name) of a DRA placement."""
 
 
-def merge_resources(requests: Mapping[str, int | str], limits: Mapping[str, int | str],
-                    user_requests: Mapping[str, int | str], user_limits: Mapping[str, int | str]) -> Json:  # fmt: skip
+def merge_resources(
+    requests: Mapping[str, int | str],
+    limits: Mapping[str, int | str],
+    user_requests: Mapping[str, int | str],
+    user_limits: Mapping[str, int | str],
+) -> Json:
     """The computed requests/limits with spec.resources merged in as Kubernetes users expect, so the apiserver never
     refuses the pod template (docs/security.md, "spec.resources"):
 
@@ -379,8 +383,9 @@ def apply_overrides(
         if extra.name in env_names:
             raise InvalidSpec(f"spec.engine.env[{i}]", f"{extra.name} is set by the operator")
         if reserved_env and extra.name in reserved_env:
-            raise InvalidSpec(f"spec.engine.env[{i}]", f"{extra.name} is set by the operator from "
-                                                      f"{reserved_env[extra.name]}")  # fmt: skip
+            raise InvalidSpec(
+                f"spec.engine.env[{i}]", f"{extra.name} is set by the operator from {reserved_env[extra.name]}"
+            )
     all_args = args.args() + tuple(spec.engine.extra_args)
     all_env = tuple(env) + tuple(e.wire() for e in spec.engine.env)
     return spec.engine.image or image, all_args, all_env
@@ -395,12 +400,16 @@ def check_bounds(engine: str, flags: Sequence[Flag], bounds: Mapping[str, FlagBo
         for value in f.values:
             if value.lstrip("-").isdigit() and int(value) > bound.maximum:
                 field = bound.field or f.source.split(" ")[0]
-                raise InvalidSpec(field, f"renders {f.name} {value} for {engine}, past its maximum {bound.maximum} "
-                                         f"({bound.source}); the engine would exit at start")  # fmt: skip
+                raise InvalidSpec(
+                    field,
+                    f"renders {f.name} {value} for {engine}, past its maximum {bound.maximum} "
+                    f"({bound.source}); the engine would exit at start",
+                )
 
 
-def artifact_parts(*artifacts: Artifact | None) -> tuple[tuple[Json, ...], tuple[Json, ...], tuple[Json, ...],
-                                                        tuple[Json, ...]]:  # fmt: skip
+def artifact_parts(
+    *artifacts: Artifact | None,
+) -> tuple[tuple[Json, ...], tuple[Json, ...], tuple[Json, ...], tuple[Json, ...]]:
     """(env, volumes, mounts, init containers) of the model and draft artifacts, deduplicated by name."""
     present = [a for a in artifacts if a is not None]
     return (
@@ -426,8 +435,12 @@ def cached_pod_parts(decision: Decision, *artifacts: Artifact | None) -> PodPart
     cache_vol, cache_mount = model_cache_volume()
     art_env, art_vols, art_mounts, init = artifact_parts(*artifacts)
     shm_vols, shm_mounts = shm_volume(decision)
-    return PodParts(art_env, merge_named((cache_vol,), art_vols, shm_vols),
-                    merge_named((cache_mount,), art_mounts, shm_mounts), init)  # fmt: skip
+    return PodParts(
+        art_env,
+        merge_named((cache_vol,), art_vols, shm_vols),
+        merge_named((cache_mount,), art_mounts, shm_mounts),
+        init,
+    )
 
 
 def assemble(

@@ -284,9 +284,25 @@ class EngineCard:
 
 
 # A card may truthfully have no speculation method or no prefix cache; every other field must say something.
-_MAY_BE_EMPTY = frozenset({"layer_split", "slots", "run_as_user", "speculative", "prefix_cache", "multi_gpu",
-                           "multi_node", "own_hf_loader", "kv_offload", "prefix_cache_caveat",
-                           "min_compute", "bf16_min_compute", "kv_dtypes", "auto_batching", "flag_bounds"})  # fmt: skip
+_MAY_BE_EMPTY = frozenset(
+    {
+        "layer_split",
+        "slots",
+        "run_as_user",
+        "speculative",
+        "prefix_cache",
+        "multi_gpu",
+        "multi_node",
+        "own_hf_loader",
+        "kv_offload",
+        "prefix_cache_caveat",
+        "min_compute",
+        "bf16_min_compute",
+        "kv_dtypes",
+        "auto_batching",
+        "flag_bounds",
+    }
+)
 
 
 def _empty(value: object) -> bool:
@@ -312,4 +328,4 @@ __all__ = [
     "Renderer",
     "ScalingSignal",
     "Signal",
-]  # fmt: skip
+]

@@ -134,8 +134,9 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # arg.cpp -hf/-hfr/--hf-repo <user>/<model>[:quant] and -hff/--hf-file: llama-server downloads into
         # LLAMA_CACHE (resumable, cached) with HF_TOKEN (-hft reads env HF_TOKEN). Chosen over an init container
         # because it is the engine's own verified loader and needs no second image.
-        a.add("-hf", art.hf_repo if art.hf_file else _with_quant(art.hf_repo, model.quantization),
-              source="spec.model.uri")  # fmt: skip
+        a.add(
+            "-hf", art.hf_repo if art.hf_file else _with_quant(art.hf_repo, model.quantization), source="spec.model.uri"
+        )
         if art.hf_file:
             a.add("-hff", art.hf_file, source="spec.model.uri")
     else:
@@ -179,8 +180,10 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     a.add("--metrics", source="the operator (Prometheus /metrics)")  # arg.cpp --metrics
     draft_art = _draft(decision, a, on_gpu)
     if spec.kv_cache.memory_fraction != 0.9:
-        notes.append("kvCache.memoryFraction: llama-server allocates exactly the -c context; the fraction only "
-                     "sized the memory fit")  # fmt: skip
+        notes.append(
+            "kvCache.memoryFraction: llama-server allocates exactly the -c context; the fraction only "
+            "sized the memory fit"
+        )
     if spec.kv_cache.block_size != 16:
         notes.append("kvCache.blockSize: llama.cpp has no paged KV blocks; ignored")
 
@@ -189,10 +192,22 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), parts.env)
     # tools/server: GET /health (503 while loading), GET /metrics with --metrics
     return assemble(
-        engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES, IMAGE_CPU), command=COMMAND, args=a,
-        env=env, aliases=ALIASES, decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        volumes=parts.volumes, mounts=parts.mounts, bounds=FLAG_BOUNDS,
-    )  # fmt: skip
+        engine=ENGINE,
+        version=VERSION,
+        image=device_image(decision, DEVICES, IMAGE_CPU),
+        command=COMMAND,
+        args=a,
+        env=env,
+        aliases=ALIASES,
+        decision=decision,
+        spec=spec,
+        notes=notes,
+        endpoints=ENDPOINTS,
+        init=parts.init,
+        volumes=parts.volumes,
+        mounts=parts.mounts,
+        bounds=FLAG_BOUNDS,
+    )
 
 
 def _with_quant(repo: str, quantization: str) -> str:
@@ -242,11 +257,11 @@ AUTOSCALING = Autoscaling(
         "runningRequests": ScalingSignal("llamacpp:requests_processing", "gauge", 1, _SERVER_TASK),
     },
     lacks=f"llama.cpp {VERSION} has no KV cache usage gauge (kv_cache_usage_ratio was removed upstream before this "
-          "build) and no time-to-first-token histogram",
+    "build) and no time-to-first-token histogram",
     scale_to_zero=True,
     cold_start="seconds for the GGUF models it serves: the file is memory-mapped, no compile or graph capture "
-               "(plus the download when the weights are not on a cache volume)",
-)  # fmt: skip
+    "(plus the download when the weights are not on a cache volume)",
+)
 
 
 PERFORMANCE = Performance(
@@ -273,21 +288,40 @@ PERFORMANCE = Performance(
 )
 
 CARD = EngineCard(
-    name=ENGINE, title="llama.cpp", version=VERSION,
-    formats=frozenset({"gguf"}), accelerators=frozenset({"gpu", "cpu"}),
-    batching=("continuous", "static"), prefix_cache=True, speculative=frozenset({"draft"}),
-    quantizations=GGUF_QUANTIZATIONS | {"none"}, kv_dtypes=frozenset({"float16", "bfloat16", "q8_0", "q4_0"}),
-    multi_gpu=True, multi_node=False, min_compute=(5, 0), bf16_min_compute=(0, 0),
-    own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU}, devices=DEVICES, platforms=PLATFORMS, endpoints=ENDPOINTS,
+    name=ENGINE,
+    title="llama.cpp",
+    version=VERSION,
+    formats=frozenset({"gguf"}),
+    accelerators=frozenset({"gpu", "cpu"}),
+    batching=("continuous", "static"),
+    prefix_cache=True,
+    speculative=frozenset({"draft"}),
+    quantizations=GGUF_QUANTIZATIONS | {"none"},
+    kv_dtypes=frozenset({"float16", "bfloat16", "q8_0", "q4_0"}),
+    multi_gpu=True,
+    multi_node=False,
+    min_compute=(5, 0),
+    bf16_min_compute=(0, 0),
+    own_hf_loader=OWN_HF_LOADER,
+    kv_offload=False,
+    float32_on_gpu="float32",
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE_CPU},
+    devices=DEVICES,
+    platforms=PLATFORMS,
+    endpoints=ENDPOINTS,
     profiles={
         "gpu": Profile(90, 600, 7.5, 8.5 / 8, NOT_MEASURED_ON_GPU + "public llama-bench reports for Llama-2-7B q8_0"),
         "cpu": Profile(**MEASURED_CPU[ENGINE], measured=measured_rows(ENGINE)),
     },
     performance=PERFORMANCE,
-    layer_split=True, slots=True,
-    run_as_user=65534, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    layer_split=True,
+    slots=True,
+    run_as_user=65534,
+    run_as=RUN_AS,
+    autoscaling=AUTOSCALING,
+    prefix_cache_caveat="",
+    auto_batching={},
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
     flag_bounds=FLAG_BOUNDS,
-)  # fmt: skip
+)

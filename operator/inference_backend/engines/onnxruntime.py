@@ -34,8 +34,9 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
 
 def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
     image = device_image(decision, {"nvidia": IMAGE_CUDA}, IMAGE)
-    return runners.container(decision, spec, name, engine=ENGINE, image=image, command=COMMAND,
-                             strategies=STRATEGIES, extra=_extra)  # fmt: skip
+    return runners.container(
+        decision, spec, name, engine=ENGINE, image=image, command=COMMAND, strategies=STRATEGIES, extra=_extra
+    )
 
 
 # Our ONNX Runtime server: dynamic, static and continuous batching (continuous: new requests join at each step;
@@ -62,13 +63,26 @@ PERFORMANCE = Performance(
 )
 
 CARD = EngineCard(
-    name=ENGINE, title="ONNX Runtime", version=VERSION,
-    formats=frozenset({"onnx"}), accelerators=frozenset({"gpu", "cpu"}),
-    batching=("dynamic", "static", "continuous"), prefix_cache=True, speculative=frozenset(),
-    quantizations=frozenset({"none", "int8", "int4"}), kv_dtypes=frozenset(),
-    multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
-    own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE_CUDA, "cpu": IMAGE}, devices={"nvidia": IMAGE_CUDA}, endpoints=runners.ENDPOINTS,
+    name=ENGINE,
+    title="ONNX Runtime",
+    version=VERSION,
+    formats=frozenset({"onnx"}),
+    accelerators=frozenset({"gpu", "cpu"}),
+    batching=("dynamic", "static", "continuous"),
+    prefix_cache=True,
+    speculative=frozenset(),
+    quantizations=frozenset({"none", "int8", "int4"}),
+    kv_dtypes=frozenset(),
+    multi_gpu=False,
+    multi_node=False,
+    min_compute=(6, 0),
+    bf16_min_compute=(8, 0),
+    own_hf_loader=False,
+    kv_offload=False,
+    float32_on_gpu="float32",
+    images={"gpu": IMAGE_CUDA, "cpu": IMAGE},
+    devices={"nvidia": IMAGE_CUDA},
+    endpoints=runners.ENDPOINTS,
     platforms={IMAGE: runners.PLATFORMS, IMAGE_CUDA: Platforms(frozenset({"amd64"}), runners.ONNX_CUDA_PLATFORMS)},
     profiles={
         "gpu": Profile(90, 300, 15.0, 2, NOT_MEASURED_ON_GPU + "eager-like decode with dynamic batches"),
@@ -77,8 +91,11 @@ CARD = EngineCard(
     performance=PERFORMANCE,
     summary="ONNX models (onnxruntime-genai format, or our exporter's) on CPU or one GPU: dynamic, static and "
     "continuous batching, prefix cache",
-    render=container, layer_split=False, slots=False,
-    run_as_user=10001, run_as="images/onnxruntime-server/Dockerfile: USER 10001",
+    render=container,
+    layer_split=False,
+    slots=False,
+    run_as_user=10001,
+    run_as="images/onnxruntime-server/Dockerfile: USER 10001",
     autoscaling=runners.autoscaling(
         "seconds for the models it serves: one ONNX Runtime session is created from the file, no compile step"
     ),
@@ -86,4 +103,4 @@ CARD = EngineCard(
     "onnxruntime-genai format model (genai_config.json), without it, and the server logs so",
     auto_batching={"cpu": "continuous"},
     flag_bounds={},  # Python ints: no bounded flag
-)  # fmt: skip
+)

@@ -76,5 +76,7 @@ MEASURED_7B_CPU: dict[str, list[dict[str, Any]]] = {
 
 
 def measured_rows(engine: str) -> tuple[MeasuredRow, ...]:
-    return tuple(MeasuredRow(**(row | {"tokens_per_second_at": tuple(tuple(p) for p in row.get("tokens_per_second_at", []))}))
-                 for row in MEASURED_7B_CPU.get(engine, []))  # fmt: skip
+    return tuple(
+        MeasuredRow(**(row | {"tokens_per_second_at": tuple(tuple(p) for p in row.get("tokens_per_second_at", []))}))
+        for row in MEASURED_7B_CPU.get(engine, [])
+    )

@@ -39,8 +39,9 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
 
 
 def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
-    return runners.container(decision, spec, name, engine=ENGINE, image=IMAGE, command=COMMAND,
-                             strategies=STRATEGIES, extra=_extra)  # fmt: skip
+    return runners.container(
+        decision, spec, name, engine=ENGINE, image=IMAGE, command=COMMAND, strategies=STRATEGIES, extra=_extra
+    )
 
 
 # Our PyTorch eager runner: every batching strategy, prefix cache, assisted generation with a draft.
@@ -64,12 +65,26 @@ PERFORMANCE = Performance(
 )
 
 CARD = EngineCard(
-    name=ENGINE, title="PyTorch", version=VERSION, formats=frozenset({"safetensors", "pytorch"}),
-    accelerators=frozenset({"gpu", "cpu"}), batching=("continuous", "dynamic", "static"), prefix_cache=True,
-    speculative=frozenset({"draft"}), quantizations=frozenset({"none"}), kv_dtypes=frozenset({"float16", "bfloat16"}),
-    multi_gpu=False, multi_node=False, min_compute=(6, 0), bf16_min_compute=(8, 0),
-    own_hf_loader=False, kv_offload=False, float32_on_gpu="float32",
-    images={"gpu": IMAGE, "cpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=runners.ENDPOINTS,
+    name=ENGINE,
+    title="PyTorch",
+    version=VERSION,
+    formats=frozenset({"safetensors", "pytorch"}),
+    accelerators=frozenset({"gpu", "cpu"}),
+    batching=("continuous", "dynamic", "static"),
+    prefix_cache=True,
+    speculative=frozenset({"draft"}),
+    quantizations=frozenset({"none"}),
+    kv_dtypes=frozenset({"float16", "bfloat16"}),
+    multi_gpu=False,
+    multi_node=False,
+    min_compute=(6, 0),
+    bf16_min_compute=(8, 0),
+    own_hf_loader=False,
+    kv_offload=False,
+    float32_on_gpu="float32",
+    images={"gpu": IMAGE, "cpu": IMAGE},
+    devices={"nvidia": IMAGE},
+    endpoints=runners.ENDPOINTS,
     platforms={IMAGE: runners.PLATFORMS},
     profiles={
         "gpu": Profile(80, 110, 15.0, 2, NOT_MEASURED_ON_GPU + "HF generate, 1/24 of vLLM per the vLLM blog"),
@@ -77,12 +92,16 @@ CARD = EngineCard(
     },
     performance=PERFORMANCE,
     summary="the research fallback: any Transformers model in eager PyTorch, every batching strategy",
-    render=container, layer_split=False, slots=False,
-    run_as_user=10001, run_as="images/pytorch-runner/Dockerfile: USER 10001",
+    render=container,
+    layer_split=False,
+    slots=False,
+    run_as_user=10001,
+    run_as="images/pytorch-runner/Dockerfile: USER 10001",
     autoscaling=runners.autoscaling(
         "seconds to a minute for the small models it is the fallback for: Transformers loads the safetensors, "
         "no compile or graph capture"
     ),
-    prefix_cache_caveat="", auto_batching={},
+    prefix_cache_caveat="",
+    auto_batching={},
     flag_bounds={},  # Python ints: no bounded flag
-)  # fmt: skip
+)

@@ -49,45 +49,55 @@ def spec_rules(registry: Sequence[EngineCard]) -> tuple[Rule, ...]:
     if kv_owners:
         allowed = ("auto", *kv_owners)
         titles = sorted({c.title for c in registry if c.name in kv_owners})
-        rules.append(Rule(
-            "spec.kvCache.dtype",
-            f"!(self.kvCache.dtype in {_quoted(QUANTIZED_KV_DTYPES)}) || self.backend in {_quoted(allowed)}",
-            f"kvCache.dtype {_and(QUANTIZED_KV_DTYPES)} are {_or(titles)} cache types: backend must be "
-            f"{_or(kv_owners)} or auto",
-            lambda s: s.kv_cache.dtype not in QUANTIZED_KV_DTYPES or s.backend in allowed,
-        ))  # fmt: skip
+        rules.append(
+            Rule(
+                "spec.kvCache.dtype",
+                f"!(self.kvCache.dtype in {_quoted(QUANTIZED_KV_DTYPES)}) || self.backend in {_quoted(allowed)}",
+                f"kvCache.dtype {_and(QUANTIZED_KV_DTYPES)} are {_or(titles)} cache types: backend must be "
+                f"{_or(kv_owners)} or auto",
+                lambda s: s.kv_cache.dtype not in QUANTIZED_KV_DTYPES or s.backend in allowed,
+            )
+        )
     gpu_only = [c.name for c in registry if c.gpu_required]
     if gpu_only:
-        rules.append(Rule(
-            "spec.hardware.accelerator",
-            f"self.hardware.accelerator != 'cpu' || !(self.backend in {_quoted(gpu_only)})",
-            f"backend {_and(gpu_only)} need{'s' if len(gpu_only) == 1 else ''} a GPU: hardware.accelerator cannot "
-            "be cpu",
-            lambda s: s.hardware.accelerator != "cpu" or s.backend not in gpu_only,
-        ))  # fmt: skip
+        rules.append(
+            Rule(
+                "spec.hardware.accelerator",
+                f"self.hardware.accelerator != 'cpu' || !(self.backend in {_quoted(gpu_only)})",
+                f"backend {_and(gpu_only)} need{'s' if len(gpu_only) == 1 else ''} a GPU: hardware.accelerator cannot "
+                "be cpu",
+                lambda s: s.hardware.accelerator != "cpu" or s.backend not in gpu_only,
+            )
+        )
     for signal in SIGNALS:
         without = [c.name for c in registry if signal not in c.autoscaling.signals]
         if not without:
             continue
         has = [c.name for c in registry if c.name not in without]
-        rules.append(Rule(
-            "spec.autoscaling.metric",
-            f"!has(self.autoscaling) || self.autoscaling.metric != '{signal}' || !(self.backend in {_quoted(without)})",
-            f"autoscaling.metric {signal}: {_and(without)} expose{'s' if len(without) == 1 else ''} no such metric: "
-            f"backend must be {_or([*has, 'auto'])}, or another metric",
-            lambda s, signal=signal, without=without: (  # type: ignore[misc]
-                s.autoscaling is None or s.autoscaling.metric != signal or s.backend not in without),
-        ))  # fmt: skip
+        rules.append(
+            Rule(
+                "spec.autoscaling.metric",
+                f"!has(self.autoscaling) || self.autoscaling.metric != '{signal}' "
+                f"|| !(self.backend in {_quoted(without)})",
+                f"autoscaling.metric {signal}: {_and(without)} expose{'s' if len(without) == 1 else ''} no such "
+                f"metric: backend must be {_or([*has, 'auto'])}, or another metric",
+                lambda s, signal=signal, without=without: (  # type: ignore[misc]
+                    s.autoscaling is None or s.autoscaling.metric != signal or s.backend not in without
+                ),
+            )
+        )
     cold = [c.name for c in registry if not c.autoscaling.scale_to_zero]
     if cold:
         warm = [c.name for c in registry if c.name not in cold]
-        rules.append(Rule(
-            "spec.autoscaling.minReplicas",
-            f"!has(self.autoscaling) || self.autoscaling.minReplicas > 0 || !(self.backend in {_quoted(cold)})",
-            f"autoscaling.minReplicas 0: {_and(cold)} cold-start in minutes, too long for a request to wait "
-            f"(docs/autoscaling.md): backend must be {_or([*warm, 'auto'])}, or minReplicas at least 1",
-            lambda s: s.autoscaling is None or s.autoscaling.min_replicas > 0 or s.backend not in cold,
-        ))  # fmt: skip
+        rules.append(
+            Rule(
+                "spec.autoscaling.minReplicas",
+                f"!has(self.autoscaling) || self.autoscaling.minReplicas > 0 || !(self.backend in {_quoted(cold)})",
+                f"autoscaling.minReplicas 0: {_and(cold)} cold-start in minutes, too long for a request to wait "
+                f"(docs/autoscaling.md): backend must be {_or([*warm, 'auto'])}, or minReplicas at least 1",
+                lambda s: s.autoscaling is None or s.autoscaling.min_replicas > 0 or s.backend not in cold,
+            )
+        )
     rules.extend(_bound_rules(registry))
     return tuple(rules)
 
@@ -117,9 +127,16 @@ def _bound_rules(registry: Sequence[EngineCard]) -> list[Rule]:
             if parent
             else f"!has(self.{leaf}) || self.{leaf} <= {most}"
         )
-        out.append(Rule(field, cel, f"{path} must be at most {most} ({flag} is an {source})",
-                        lambda s, field=field, most=most: (  # type: ignore[misc]
-                            not isinstance(v := _field_value(s, field), int) or v <= most)))  # fmt: skip
+        out.append(
+            Rule(
+                field,
+                cel,
+                f"{path} must be at most {most} ({flag} is an {source})",
+                lambda s, field=field, most=most: (  # type: ignore[misc]
+                    not isinstance(v := _field_value(s, field), int) or v <= most
+                ),
+            )
+        )
     return out
 
 

@@ -47,8 +47,17 @@ DTYPES = ("float32", "float16", "bfloat16")  # common/args.py --dtype choices (b
 Extra = Callable[[Decision, ArgBuilder, list[str]], artifacts.Artifact | None]
 
 
-def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engine: str, image: str,
-              command: tuple[str, ...], strategies: tuple[str, ...], extra: Extra) -> EngineContainer:  # fmt: skip
+def container(
+    decision: Decision,
+    spec: InferenceBackendSpec,
+    name: str,
+    *,
+    engine: str,
+    image: str,
+    command: tuple[str, ...],
+    strategies: tuple[str, ...],
+    extra: Extra,
+) -> EngineContainer:
     p = placement(decision)
     model = decision.model
     assert model is not None and decision.batching is not None
@@ -87,10 +96,21 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str, *, engi
     env = art_env
     # common/server.py: GET /health (503 until loaded), GET /metrics on the API port
     return assemble(
-        engine=engine, version=VERSION, image=image, command=command, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, init=init, endpoints=ENDPOINTS,
-        volumes=merge_named(art_vols, shm_vols), mounts=merge_named(art_mounts, shm_mounts),
-    )  # fmt: skip
+        engine=engine,
+        version=VERSION,
+        image=image,
+        command=command,
+        args=a,
+        env=env,
+        aliases=ALIASES,
+        decision=decision,
+        spec=spec,
+        notes=notes,
+        init=init,
+        endpoints=ENDPOINTS,
+        volumes=merge_named(art_vols, shm_vols),
+        mounts=merge_named(art_mounts, shm_mounts),
+    )
 
 
 # runners/common/metrics.py: vLLM's names, types and buckets (docs/metrics.md; checked against vLLM 0.33.0 by

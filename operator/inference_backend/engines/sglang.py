@@ -117,10 +117,23 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     )
     # entrypoints/http_server.py: GET /health (200 once the scheduler answers), GET /metrics with --enable-metrics.
     return assemble(
-        engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        volumes=parts.volumes, mounts=parts.mounts, worker=worker, worker_serves_health=True,
-    )  # fmt: skip
+        engine=ENGINE,
+        version=VERSION,
+        image=IMAGE,
+        command=COMMAND,
+        args=a,
+        env=env,
+        aliases=ALIASES,
+        decision=decision,
+        spec=spec,
+        notes=notes,
+        endpoints=ENDPOINTS,
+        init=parts.init,
+        volumes=parts.volumes,
+        mounts=parts.mounts,
+        worker=worker,
+        worker_serves_health=True,
+    )
 
 
 DIST_INIT_PORT = 20000
@@ -204,12 +217,17 @@ AUTOSCALING = Autoscaling(
         "queueDepth": ScalingSignal("sglang:num_queue_reqs", "gauge", 1, _COLLECTOR),
         "runningRequests": ScalingSignal("sglang:num_running_reqs", "gauge", 1, _COLLECTOR),
         "kvCacheUsage": ScalingSignal("sglang:token_usage", "gauge", 100, _COLLECTOR),
-        "ttft": ScalingSignal("sglang:time_to_first_token_seconds", "histogram", 1000,
-                              _COLLECTOR.replace("SchedulerMetricsCollector", "TokenizerMetricsCollector")),
+        "ttft": ScalingSignal(
+            "sglang:time_to_first_token_seconds",
+            "histogram",
+            1000,
+            _COLLECTOR.replace("SchedulerMetricsCollector", "TokenizerMetricsCollector"),
+        ),
     },
-    lacks="", scale_to_zero=False,
+    lacks="",
+    scale_to_zero=False,
     cold_start="minutes: the weights loaded onto the GPUs, then CUDA graph capture before the first request",
-)  # fmt: skip
+)
 
 _AIC_FIT = (
     FITTED + ", over aiconfigurator 0.12.0's tables for this engine (selection/perf_tables.py), which "
@@ -231,21 +249,44 @@ PERFORMANCE = Performance(
 )
 
 CARD = EngineCard(
-    name=ENGINE, title="SGLang", version=VERSION,
-    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
-    batching=("continuous",), prefix_cache=True, speculative=frozenset({"draft", "ngram"}),
-    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset(KV_DTYPES),
-    multi_gpu=True, multi_node=True, min_compute=(7, 5), bf16_min_compute=(8, 0),
-    own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
+    name=ENGINE,
+    title="SGLang",
+    version=VERSION,
+    formats=frozenset({"safetensors"}),
+    accelerators=frozenset({"gpu"}),
+    batching=("continuous",),
+    prefix_cache=True,
+    speculative=frozenset({"draft", "ngram"}),
+    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}),
+    kv_dtypes=frozenset(KV_DTYPES),
+    multi_gpu=True,
+    multi_node=True,
+    min_compute=(7, 5),
+    bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER,
+    kv_offload=True,
+    float32_on_gpu="float16",
     # CUDA only here: SGLang's ROCm images (lmsysorg/sglang:*-rocm*) are other builds, not rendered.
-    images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
-    platforms={IMAGE: Platforms(frozenset({"amd64", "arm64"}),
-                                "sglang .github/workflows/_docker-build-and-publish.yml: linux/amd64 and linux/arm64 "
-                                "builds joined in one manifest (docker buildx imagetools create)")},
+    images={"gpu": IMAGE},
+    devices={"nvidia": IMAGE},
+    endpoints=ENDPOINTS,
+    platforms={
+        IMAGE: Platforms(
+            frozenset({"amd64", "arm64"}),
+            "sglang .github/workflows/_docker-build-and-publish.yml: linux/amd64 and linux/arm64 "
+            "builds joined in one manifest (docker buildx imagetools create)",
+        )
+    },
     profiles={"gpu": Profile(55, 2750, 15.0, 2, _PUBLISHED)},
     performance=PERFORMANCE,
     summary="GPU serving with RadixAttention prefix reuse: continuous batching, HiCache, draft and n-gram speculation",
-    render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    render=container,
+    layer_split=False,
+    slots=False,
+    run_as_user=None,
+    run_as=RUN_AS,
+    autoscaling=AUTOSCALING,
+    prefix_cache_caveat="",
+    auto_batching={},
     flag_bounds={},  # Python ints: no bounded flag
-)  # fmt: skip
+)

@@ -47,9 +47,10 @@ ENDPOINTS = Endpoints(HTTP_PORT, health="/health", metrics="/metrics")
 # launcher/src/main.rs Args: max_batch_prefill_tokens and max_batch_total_tokens are Option<u32> (clap refuses a
 # larger value and the launcher exits).
 FLAG_BOUNDS = {
-    "--max-batch-prefill-tokens": FlagBound(UINT32_MAX, "spec.batching.maxBatchTokens",
-                                            f"u32 (launcher/src/main.rs Args), TGI {VERSION}"),
-}  # fmt: skip
+    "--max-batch-prefill-tokens": FlagBound(
+        UINT32_MAX, "spec.batching.maxBatchTokens", f"u32 (launcher/src/main.rs Args), TGI {VERSION}"
+    ),
+}
 COMMAND = ("text-generation-launcher",)
 # Metrics: the router serves GET /metrics on the API port (router/src/server.rs, the `metrics` route rendering the
 # PrometheusHandle), so no metrics flag is rendered. `--prometheus-port` is NOT rendered: it is absent from the
@@ -92,8 +93,10 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         prefill = b.max_batch_tokens
         if prefill < ctx - 1:
             # The launcher refuses max_batch_prefill_tokens < max_input_tokens (one prompt must fit a prefill).
-            notes.append(f"batching.maxBatchTokens {prefill}: TGI needs the prefill budget to hold one full "
-                         f"prompt; --max-batch-prefill-tokens raised to {ctx - 1}")  # fmt: skip
+            notes.append(
+                f"batching.maxBatchTokens {prefill}: TGI needs the prefill budget to hold one full "
+                f"prompt; --max-batch-prefill-tokens raised to {ctx - 1}"
+            )
             prefill = ctx - 1
         a.add("--max-batch-prefill-tokens", prefill, source="spec.batching.maxBatchTokens")  # main.rs
     if b.max_batch_size is not None:
@@ -102,8 +105,11 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     if want:
         # main.rs max_concurrent_requests: beyond it requests are refused (backpressure); twice the batch so a
         # full batch can have a full batch waiting behind it.
-        a.add("--max-concurrent-requests", max(DEFAULT_MAX_CONCURRENT, 2 * want),
-              source="spec.batching.maxBatchSize / spec.objectives.concurrency")  # fmt: skip
+        a.add(
+            "--max-concurrent-requests",
+            max(DEFAULT_MAX_CONCURRENT, 2 * want),
+            source="spec.batching.maxBatchSize / spec.objectives.concurrency",
+        )
     # main.rs cuda_memory_fraction (default 1.0)
     a.add("--cuda-memory-fraction", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
     if decision.kv_cache_dtype in KV_DTYPES:
@@ -115,8 +121,10 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # main.rs speculate: "Other wise, it will use n-gram speculation" (Medusa heads when the model has them)
         a.add("--speculate", s.num_tokens, source="spec.speculativeDecoding.numSpeculativeTokens")
     if model.served_name:
-        notes.append(f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
-                     "in OpenAI requests; the name is not enforced")  # fmt: skip
+        notes.append(
+            f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
+            "in OpenAI requests; the name is not enforced"
+        )
 
     parts = cached_pod_parts(decision, art)
     env = merge_named(
@@ -131,10 +139,23 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     reserved = {_env_name(f.name): f.source for f in a.flags}
     # router: GET /health, GET /metrics on the API port
     return assemble(
-        engine=ENGINE, version=VERSION, image=IMAGE, command=COMMAND, args=a, env=env, aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init, reserved_env=reserved,
-        volumes=parts.volumes, mounts=parts.mounts, bounds=FLAG_BOUNDS,
-    )  # fmt: skip
+        engine=ENGINE,
+        version=VERSION,
+        image=IMAGE,
+        command=COMMAND,
+        args=a,
+        env=env,
+        aliases=ALIASES,
+        decision=decision,
+        spec=spec,
+        notes=notes,
+        endpoints=ENDPOINTS,
+        init=parts.init,
+        reserved_env=reserved,
+        volumes=parts.volumes,
+        mounts=parts.mounts,
+        bounds=FLAG_BOUNDS,
+    )
 
 
 def _env_name(flag: str) -> str:
@@ -162,14 +183,13 @@ _TGI = "TGI " + VERSION
 AUTOSCALING = Autoscaling(
     signals={
         "queueDepth": ScalingSignal("tgi_queue_size", "gauge", 1, "backends/v3/src/queue.rs, " + _TGI),
-        "runningRequests": ScalingSignal("tgi_batch_current_size", "gauge", 1,
-                                         "backends/v3/src/backend.rs, " + _TGI),
+        "runningRequests": ScalingSignal("tgi_batch_current_size", "gauge", 1, "backends/v3/src/backend.rs, " + _TGI),
     },
     lacks=f"{_TGI} has no KV cache usage gauge and no time-to-first-token histogram (router/src/server.rs describes "
-          "every metric it exports)",
+    "every metric it exports)",
     scale_to_zero=False,
     cold_start="minutes: the weights loaded onto the GPUs, then the warmup prefill of the whole token budget",
-)  # fmt: skip
+)
 
 PERFORMANCE = Performance(
     efficiency={
@@ -211,22 +231,44 @@ PERFORMANCE = Performance(
 )
 
 CARD = EngineCard(
-    name=ENGINE, title="TGI", version=VERSION,
-    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
-    batching=("continuous",), prefix_cache=True, speculative=frozenset({"ngram"}),
-    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}), kv_dtypes=frozenset({"fp8"}),
-    multi_gpu=True, multi_node=False, min_compute=(8, 0), bf16_min_compute=(8, 0),
-    own_hf_loader=OWN_HF_LOADER, kv_offload=False, float32_on_gpu="float16",
+    name=ENGINE,
+    title="TGI",
+    version=VERSION,
+    formats=frozenset({"safetensors"}),
+    accelerators=frozenset({"gpu"}),
+    batching=("continuous",),
+    prefix_cache=True,
+    speculative=frozenset({"ngram"}),
+    quantizations=frozenset({"none", "awq", "gptq", "fp8", "bitsandbytes"}),
+    kv_dtypes=frozenset({"fp8"}),
+    multi_gpu=True,
+    multi_node=False,
+    min_compute=(8, 0),
+    bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER,
+    kv_offload=False,
+    float32_on_gpu="float16",
     # CUDA only here: TGI's -rocm and -gaudi images are other builds whose flags the contract test does not check.
-    images={"gpu": IMAGE}, devices={"nvidia": IMAGE}, endpoints=ENDPOINTS,
+    images={"gpu": IMAGE},
+    devices={"nvidia": IMAGE},
+    endpoints=ENDPOINTS,
     # TGI's release workflow (.github/workflows/build.yaml, docker/build-push-action) builds platforms 'linux/amd64'
     # only: no arm64 image (GH200/GB200 hosts, Graviton) exists.
-    platforms={IMAGE: Platforms(frozenset({"amd64"}), "text-generation-inference .github/workflows/build.yaml: "
-                                                        "platforms 'linux/amd64'")},
+    platforms={
+        IMAGE: Platforms(
+            frozenset({"amd64"}), "text-generation-inference .github/workflows/build.yaml: platforms 'linux/amd64'"
+        )
+    },
     profiles={"gpu": Profile(70, 2000, 15.0, 2, _TGI_PROFILE)},
     performance=PERFORMANCE,
     summary="Hugging Face's GPU server: continuous batching, prefix cache, n-gram speculation",
-    render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    render=container,
+    layer_split=False,
+    slots=False,
+    run_as_user=None,
+    run_as=RUN_AS,
+    autoscaling=AUTOSCALING,
+    prefix_cache_caveat="",
+    auto_batching={},
     flag_bounds=FLAG_BOUNDS,
-)  # fmt: skip
+)

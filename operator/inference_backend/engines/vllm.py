@@ -123,8 +123,9 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     if spec.kv_cache.block_size in CUDA_BLOCK_SIZES:
         a.add("--block-size", spec.kv_cache.block_size, source="spec.kvCache.blockSize")  # CacheConfig
     else:
-        notes.append(f"kvCache.blockSize {spec.kv_cache.block_size}: vLLM on CUDA takes 1, 8, 16 or 32; "
-                     "its default is used")  # fmt: skip
+        notes.append(
+            f"kvCache.blockSize {spec.kv_cache.block_size}: vLLM on CUDA takes 1, 8, 16 or 32; its default is used"
+        )
     kv = _kv_dtype(decision, notes)
     if kv is not None:
         # CacheConfig.cache_dtype: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla
@@ -161,11 +162,22 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     )
     # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
     return assemble(
-        engine=ENGINE, version=VERSION, image=device_image(decision, DEVICES), command=COMMAND, args=a, env=env,
+        engine=ENGINE,
+        version=VERSION,
+        image=device_image(decision, DEVICES),
+        command=COMMAND,
+        args=a,
+        env=env,
         aliases=ALIASES,
-        decision=decision, spec=spec, notes=notes, endpoints=ENDPOINTS, init=parts.init,
-        volumes=parts.volumes, mounts=parts.mounts, worker=worker,
-    )  # fmt: skip
+        decision=decision,
+        spec=spec,
+        notes=notes,
+        endpoints=ENDPOINTS,
+        init=parts.init,
+        volumes=parts.volumes,
+        mounts=parts.mounts,
+        worker=worker,
+    )
 
 
 MASTER_PORT = 29501
@@ -210,8 +222,10 @@ def _kv_dtype(decision: Decision, notes: list[str]) -> str | None:
         return "bfloat16"
     if want == "float16" and decision.serving_dtype == "float16":
         return None  # "auto" = the model dtype, which is float16 already
-    notes.append(f"kvCache.dtype {want}: vLLM has no {want} KV cache unless the model computes in it "
-                 f"(serving dtype {decision.serving_dtype}); the model dtype is used")  # fmt: skip
+    notes.append(
+        f"kvCache.dtype {want}: vLLM has no {want} KV cache unless the model computes in it "
+        f"(serving dtype {decision.serving_dtype}); the model dtype is used"
+    )
     return None
 
 
@@ -220,8 +234,12 @@ def _speculative(decision: Decision, target: ResolvedModel) -> tuple[str | None,
     if not s.enabled:
         return None, None
     if s.method == "ngram":
-        cfg = {"method": "ngram", "num_speculative_tokens": s.num_tokens, "prompt_lookup_max": NGRAM_LOOKUP_MAX,
-               "prompt_lookup_min": NGRAM_LOOKUP_MIN}  # fmt: skip
+        cfg = {
+            "method": "ngram",
+            "num_speculative_tokens": s.num_tokens,
+            "prompt_lookup_max": NGRAM_LOOKUP_MAX,
+            "prompt_lookup_min": NGRAM_LOOKUP_MIN,
+        }
         return json.dumps(cfg, sort_keys=True, separators=(",", ":")), None
     assert s.draft is not None
     art = artifacts.resolve(artifacts.draft_model(target, s.draft), OWN_HF_LOADER, "draft")
@@ -257,10 +275,11 @@ AUTOSCALING = Autoscaling(
         "kvCacheUsage": ScalingSignal("vllm:kv_cache_usage_perc", "gauge", 100, _LOGGERS),
         "ttft": ScalingSignal("vllm:time_to_first_token_seconds", "histogram", 1000, _LOGGERS),
     },
-    lacks="", scale_to_zero=False,
+    lacks="",
+    scale_to_zero=False,
     cold_start="minutes: the multi-GB image, the weights loaded onto the GPUs, then torch.compile and CUDA graph "
-               "capture before the first request",
-)  # fmt: skip
+    "capture before the first request",
+)
 
 _AIC_FIT = (
     FITTED + ", over aiconfigurator 0.12.0's tables for this engine (selection/perf_tables.py), which "
@@ -293,17 +312,37 @@ PERFORMANCE = Performance(
 )
 
 CARD = EngineCard(
-    name=ENGINE, title="vLLM", version=VERSION,
-    formats=frozenset({"safetensors"}), accelerators=frozenset({"gpu"}),
-    batching=("continuous",), prefix_cache=True, speculative=frozenset({"draft", "ngram"}),
-    quantizations=_GPU_QUANT, kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
-    multi_gpu=True, multi_node=True, min_compute=(7, 0), bf16_min_compute=(8, 0),
-    own_hf_loader=OWN_HF_LOADER, kv_offload=True, float32_on_gpu="float16",
-    images={"gpu": IMAGE}, devices=DEVICES, platforms=PLATFORMS, endpoints=ENDPOINTS,
+    name=ENGINE,
+    title="vLLM",
+    version=VERSION,
+    formats=frozenset({"safetensors"}),
+    accelerators=frozenset({"gpu"}),
+    batching=("continuous",),
+    prefix_cache=True,
+    speculative=frozenset({"draft", "ngram"}),
+    quantizations=_GPU_QUANT,
+    kv_dtypes=frozenset({"fp8", "float16", "bfloat16"}),
+    multi_gpu=True,
+    multi_node=True,
+    min_compute=(7, 0),
+    bf16_min_compute=(8, 0),
+    own_hf_loader=OWN_HF_LOADER,
+    kv_offload=True,
+    float32_on_gpu="float16",
+    images={"gpu": IMAGE},
+    devices=DEVICES,
+    platforms=PLATFORMS,
+    endpoints=ENDPOINTS,
     profiles={"gpu": Profile(60, 2500, 15.0, 2, _VLLM_BLOG)},
     performance=PERFORMANCE,
     summary="highest GPU throughput: PagedAttention, continuous batching, prefix cache, draft and n-gram speculation",
-    render=container, layer_split=False, slots=False,
-    run_as_user=None, run_as=RUN_AS, autoscaling=AUTOSCALING, prefix_cache_caveat="", auto_batching={},
+    render=container,
+    layer_split=False,
+    slots=False,
+    run_as_user=None,
+    run_as=RUN_AS,
+    autoscaling=AUTOSCALING,
+    prefix_cache_caveat="",
+    auto_batching={},
     flag_bounds={},  # Python ints: no bounded flag
-)  # fmt: skip
+)

@@ -90,4 +90,4 @@ __all__ = [
     "reserved",
     "tolerates",
     "with_devices",
-]  # fmt: skip
+]

@@ -52,11 +52,25 @@ class Driver:
 
 
 DRIVERS: dict[str, Driver] = {
-    "gpu.nvidia.com": Driver("gpu.nvidia.com", "nvidia", "gpu", "gpu.nvidia.com", "mig", "mig.nvidia.com",
-                             "NVIDIA DRA driver (k8s-dra-driver-gpu) ResourceSlice"),
-    "gpu.amd.com": Driver("gpu.amd.com", "amd", "amdgpu", "gpu.amd.com", "amdgpu-partition", "gpu.amd.com",
-                          "AMD DRA driver (k8s-gpu-dra-driver) ResourceSlice"),
-}  # fmt: skip
+    "gpu.nvidia.com": Driver(
+        "gpu.nvidia.com",
+        "nvidia",
+        "gpu",
+        "gpu.nvidia.com",
+        "mig",
+        "mig.nvidia.com",
+        "NVIDIA DRA driver (k8s-dra-driver-gpu) ResourceSlice",
+    ),
+    "gpu.amd.com": Driver(
+        "gpu.amd.com",
+        "amd",
+        "amdgpu",
+        "gpu.amd.com",
+        "amdgpu-partition",
+        "gpu.amd.com",
+        "AMD DRA driver (k8s-gpu-dra-driver) ResourceSlice",
+    ),
+}
 """The GPU drivers whose attributes are read (DeviceClass names as their Helm charts create them)."""
 
 
@@ -130,8 +144,10 @@ def node_devices(slices: Iterable[Mapping[str, Any]]) -> NodeDevices:
         if not node:
             if devices:
                 name = (s.get("metadata") or {}).get("name", "?")
-                out.notes.append(f"ResourceSlice {name} ({driver}) is not bound to one node (allNodes/nodeSelector): "
-                                 f"its {len(devices)} device(s) are not counted")  # fmt: skip
+                out.notes.append(
+                    f"ResourceSlice {name} ({driver}) is not bound to one node (allNodes/nodeSelector): "
+                    f"its {len(devices)} device(s) are not counted"
+                )
             continue
         out.by_node.setdefault(str(node), []).extend(_device(driver, d) for d in devices)
     return out
@@ -168,8 +184,14 @@ def group(devices: Iterable[Device]) -> dict[Group, int]:
     for d in devices:
         a = d.attributes
         profile = str(a.get("profile") or a.get("partitionProfile") or "")
-        key = Group(d.driver, str(a.get("type") or ""), str(a.get("productName") or ""), d.memory_bytes, profile,
-                    str(a.get("cudaComputeCapability") or ""))  # fmt: skip
+        key = Group(
+            d.driver,
+            str(a.get("type") or ""),
+            str(a.get("productName") or ""),
+            d.memory_bytes,
+            profile,
+            str(a.get("cudaComputeCapability") or ""),
+        )
         out[key] = out.get(key, 0) + 1
     return out
 
@@ -198,15 +220,24 @@ def facts(g: Group, count: int) -> tuple[dict[str, Any], str]:
     if part and g.profile:
         selector.append((f"{g.driver}/{'profile' if drv.vendor == 'nvidia' else 'partitionProfile'}", g.profile))
     kwargs: dict[str, Any] = {
-        "product": product, "memory_mib": memory, "count": count,
-        "resource": drv.part_class if part else drv.whole_class, "compute": compute if drv.vendor == "nvidia" else None,
-        "mig": part, "labelled": bool(g.product) and (g.memory_bytes is not None or sku is not None),
-        "vendor": drv.vendor, "sku": sku.id if sku is not None else "", "bandwidth_gbs": bandwidth,
-        "selector": tuple(selector), "dra": g.driver,
-    }  # fmt: skip
+        "product": product,
+        "memory_mib": memory,
+        "count": count,
+        "resource": drv.part_class if part else drv.whole_class,
+        "compute": compute if drv.vendor == "nvidia" else None,
+        "mig": part,
+        "labelled": bool(g.product) and (g.memory_bytes is not None or sku is not None),
+        "vendor": drv.vendor,
+        "sku": sku.id if sku is not None else "",
+        "bandwidth_gbs": bandwidth,
+        "selector": tuple(selector),
+        "dra": g.driver,
+    }
     what = "partition" if part else "device"
-    note = (f"{count}x {product} (DRA {what}s of {g.driver}, DeviceClass {kwargs['resource']}): product from {src} "
-            f"productName; memory {memory} MiB from {mem_src}")  # fmt: skip
+    note = (
+        f"{count}x {product} (DRA {what}s of {g.driver}, DeviceClass {kwargs['resource']}): product from {src} "
+        f"productName; memory {memory} MiB from {mem_src}"
+    )
     if compute is not None and drv.vendor == "nvidia":
         note += f"; compute {compute[0]}.{compute[1]} from {c_src}"
     if sku is not None:

@@ -43,8 +43,10 @@ AMD_DEVICE_ID = ("amd.com/gpu.device-id", "beta.amd.com/gpu.device-id")
 # NVIDIA: the T4 (15360 MiB, compute 7.5), the smallest common data-centre GPU; AMD: 16 GiB (the smallest ROCm
 # data-centre and workstation parts); Gaudi: 32 GB, the first Gaudi (every later one has more).
 DEFAULTS: dict[str, tuple[int, tuple[int, int] | None]] = {
-    "nvidia": (15360, (7, 5)), "amd": (16384, None), "habana": (dec(32), None),
-}  # fmt: skip
+    "nvidia": (15360, (7, 5)),
+    "amd": (16384, None),
+    "habana": (dec(32), None),
+}
 KARPENTER_MANUFACTURERS = {"nvidia": "nvidia", "amd": "amd", "habana": "habana"}
 
 

@@ -54,13 +54,23 @@ UNKNOWN_GPU_SPEED = 0.15
 # Labels that differ from node to node without changing what can run: left out of the hardware class, so
 # identical nodes share one class (and a status does not grow with the node count).
 _PER_NODE_PREFIXES = (
-    "kubernetes.io/hostname", "kwok.x-k8s.io/", "node.kubernetes.io/instance-id", "alpha.eksctl.io/instance-id",
-    "nvidia.com/gfd.timestamp", "nvidia.com/gpu-driver-upgrade", "nvidia.com/gpu.deploy.",
+    "kubernetes.io/hostname",
+    "kwok.x-k8s.io/",
+    "node.kubernetes.io/instance-id",
+    "alpha.eksctl.io/instance-id",
+    "nvidia.com/gfd.timestamp",
+    "nvidia.com/gpu-driver-upgrade",
+    "nvidia.com/gpu.deploy.",
     "nvidia.com/mig.config.state",
-    "feature.node.kubernetes.io/", "nfd.node.kubernetes.io/", "kubernetes.azure.com/node-image-version",
-    "eks.amazonaws.com/nodegroup-image", "k8s.io/cloud-provider-aws", "csi.volume.kubernetes.io/",
-    "topology.ebs.csi.aws.com/", "topology.gke.io/zone",
-)  # fmt: skip
+    "feature.node.kubernetes.io/",
+    "nfd.node.kubernetes.io/",
+    "kubernetes.azure.com/node-image-version",
+    "eks.amazonaws.com/nodegroup-image",
+    "k8s.io/cloud-provider-aws",
+    "csi.volume.kubernetes.io/",
+    "topology.ebs.csi.aws.com/",
+    "topology.gke.io/zone",
+)
 # NFD labels that do change what can run on a CPU (instruction sets the CPU engines' kernels use) stay.
 _KEPT_NFD = ("feature.node.kubernetes.io/cpu-cpuid.",)
 
@@ -172,8 +182,16 @@ def _compute(labels: Mapping[str, str]) -> tuple[int, int] | None:
     return (major, minor or 0) if major is not None and major > 0 else None
 
 
-def _slice(ident: Identity, product: str, profile: str, count: int, resource: str, memory: int | None,
-           memory_source: str, labels: Mapping[str, str]) -> tuple[GPUFacts, str]:  # fmt: skip
+def _slice(
+    ident: Identity,
+    product: str,
+    profile: str,
+    count: int,
+    resource: str,
+    memory: int | None,
+    memory_source: str,
+    labels: Mapping[str, str],
+) -> tuple[GPUFacts, str]:
     sku = ident.sku
     compute = _compute(labels) or (sku.compute if sku else None)
     if memory is None:
@@ -181,10 +199,22 @@ def _slice(ident: Identity, product: str, profile: str, count: int, resource: st
     c_share, bw_share, share_src = mig_share(sku, profile)
     bw = sku.bandwidth_gbs * bw_share if sku else 0.0
     name = f"{product}-MIG-{profile}" if "-MIG-" not in product else product
-    gpu = GPUFacts(name, memory, count, resource, compute, mig=True, vendor="nvidia", sku=sku.id if sku else "",
-                   bandwidth_gbs=bw, selector=ident.selector)  # fmt: skip
-    note = (f"{count}x {name} ({resource}): MIG slice, memory {memory} MiB from {memory_source}; "
-            f"{c_share:.2f} of the compute and {bw_share:.2f} of the bandwidth from {share_src}")  # fmt: skip
+    gpu = GPUFacts(
+        name,
+        memory,
+        count,
+        resource,
+        compute,
+        mig=True,
+        vendor="nvidia",
+        sku=sku.id if sku else "",
+        bandwidth_gbs=bw,
+        selector=ident.selector,
+    )
+    note = (
+        f"{count}x {name} ({resource}): MIG slice, memory {memory} MiB from {memory_source}; "
+        f"{c_share:.2f} of the compute and {bw_share:.2f} of the bandwidth from {share_src}"
+    )
     return gpu, note
 
 
@@ -199,10 +229,20 @@ def _nvidia(labels: Mapping[str, str], alloc: Mapping[str, Any]) -> tuple[list[G
         count = _int(alloc[resource], 0) or 0
         mem = _int(labels.get(f"nvidia.com/mig-{profile}.memory"))
         if mem is None:
-            notes.append(f"no memory label for MIG profile {profile}; taking "
-                         f"{_mig_profile_memory_mib(profile)} MiB from its name")  # fmt: skip
-        gpu, note = _slice(ident, product.split("-MIG-", 1)[0], profile, count, resource, mem,
-                           f"GFD nvidia.com/mig-{profile}.memory", labels)  # fmt: skip
+            notes.append(
+                f"no memory label for MIG profile {profile}; taking "
+                f"{_mig_profile_memory_mib(profile)} MiB from its name"
+            )
+        gpu, note = _slice(
+            ident,
+            product.split("-MIG-", 1)[0],
+            profile,
+            count,
+            resource,
+            mem,
+            f"GFD nvidia.com/mig-{profile}.memory",
+            labels,
+        )
         gpu, shared = _share(gpu, labels, f"nvidia.com/mig-{profile}")
         gpus.append(gpu)
         notes.extend([note, *shared])
@@ -240,8 +280,9 @@ def _replicas(gpu: GPUFacts, labels: Mapping[str, str], prefix: str, suffixed: b
     if physical and gpu.count > physical:
         return gpu.count // physical, f"{gpu.count} allocatable over GFD {prefix}.count={physical}"
     if suffixed:
-        return max(gpu.count, 2), (f"no {prefix}.replicas label: assuming all {gpu.count} shares are of one card "
-                                   "(conservative)")  # fmt: skip
+        return max(gpu.count, 2), (
+            f"no {prefix}.replicas label: assuming all {gpu.count} shares are of one card (conservative)"
+        )
     return 1, ""
 
 
@@ -259,22 +300,30 @@ def _share(gpu: GPUFacts, labels: Mapping[str, str], prefix: str) -> tuple[GPUFa
     if strategy not in SHARING_STRATEGIES:
         strategy, source = "time-slicing", f"{source}; the sharing strategy is not labelled: taken as time-slicing"
     memory = gpu.memory_mib // replicas
-    shared = replace(gpu, memory_mib=memory, bandwidth_gbs=gpu.bandwidth_gbs / replicas, replicas=replicas,
-                     sharing=strategy)  # fmt: skip
-    what = (f"{gpu.count}x {gpu.product} ({gpu.resource}): {strategy}, {replicas} shares per card ({source}); one "
-            f"share is planned with 1/{replicas} of the card's {gpu.memory_mib} MiB = {memory} MiB and 1/{replicas} "
-            "of its bandwidth, ")  # fmt: skip
+    shared = replace(
+        gpu, memory_mib=memory, bandwidth_gbs=gpu.bandwidth_gbs / replicas, replicas=replicas, sharing=strategy
+    )
+    what = (
+        f"{gpu.count}x {gpu.product} ({gpu.resource}): {strategy}, {replicas} shares per card ({source}); one "
+        f"share is planned with 1/{replicas} of the card's {gpu.memory_mib} MiB = {memory} MiB and 1/{replicas} "
+        "of its bandwidth, "
+    )
     if strategy == "mps":
-        what += ("the limits the device plugin's MPS control daemon sets on each share (pinned device memory and "
-                 "active threads, 1/replicas each)")  # fmt: skip
+        what += (
+            "the limits the device plugin's MPS control daemon sets on each share (pinned device memory and "
+            "active threads, 1/replicas each)"
+        )
     else:
-        what += ("an assumption: time-slicing partitions neither memory nor compute, the shares' processes take turns "
-                 "on the card and must fit in it together")  # fmt: skip
+        what += (
+            "an assumption: time-slicing partitions neither memory nor compute, the shares' processes take turns "
+            "on the card and must fit in it together"
+        )
     return shared, [what + "; never tensor parallel across shares of one card"]
 
 
-def _whole(vendor: str, resource: str, count: int, ident: Identity, labels: Mapping[str, str]
-           ) -> tuple[GPUFacts, list[str]]:  # fmt: skip
+def _whole(
+    vendor: str, resource: str, count: int, ident: Identity, labels: Mapping[str, str]
+) -> tuple[GPUFacts, list[str]]:
     """A node's whole GPUs (or AMD GPUs, or Gaudis): memory, compute and bandwidth, each fact with its source."""
     notes: list[str] = []
     sku = ident.sku
@@ -296,8 +345,11 @@ def _whole(vendor: str, resource: str, count: int, ident: Identity, labels: Mapp
     known = memory is not None
     if memory is None:
         memory = default_mem
-        notes.append(f"no {GFD_MEMORY} label; assuming {memory} MiB per GPU (conservative)" if vendor == "nvidia"
-                     else f"no memory label; assuming {memory} MiB per device (conservative)")  # fmt: skip
+        notes.append(
+            f"no {GFD_MEMORY} label; assuming {memory} MiB per GPU (conservative)"
+            if vendor == "nvidia"
+            else f"no memory label; assuming {memory} MiB per device (conservative)"
+        )
     compute = _compute(labels) if vendor == "nvidia" else None
     c_src = "GFD nvidia.com/cuda.compute.*" if compute else ""
     if compute is None and sku is not None and sku.compute is not None:
@@ -310,19 +362,33 @@ def _whole(vendor: str, resource: str, count: int, ident: Identity, labels: Mapp
     if ident.product is None and vendor == "nvidia":
         notes.append(f"{count} GPU(s) without GFD labels (nvidia.com/gpu.product)")
     product = ident.product or "unknown"
-    facts = [f"product from {ident.product_source}" if ident.product else "product unknown",
-             f"memory {memory} MiB from {mem_src or 'the default'}"]  # fmt: skip
+    facts = [
+        f"product from {ident.product_source}" if ident.product else "product unknown",
+        f"memory {memory} MiB from {mem_src or 'the default'}",
+    ]
     if compute is not None:
         facts.append(f"compute {compute[0]}.{compute[1]} from {c_src or 'the default'}")
     if sku is not None:
         facts.append(f"{sku.bandwidth_gbs} GB/s from the SKU table ({sku.id}, identified by {ident.sku_source})")
     if ident.instance is not None:
         i = ident.instance
-        facts.append(f"instance type {ident.instance_type}: {i.count}x {i.sku}, {i.vcpus} vCPU, {i.memory_gb} GB "
-                     f"host memory ({i.source})")  # fmt: skip
-    gpu = GPUFacts(product, memory, count, resource, compute, mig=False, labelled=known and ident.product is not None,
-                   vendor=vendor, sku=sku.id if sku else "", bandwidth_gbs=float(sku.bandwidth_gbs) if sku else 0.0,
-                   selector=ident.selector)  # fmt: skip
+        facts.append(
+            f"instance type {ident.instance_type}: {i.count}x {i.sku}, {i.vcpus} vCPU, {i.memory_gb} GB "
+            f"host memory ({i.source})"
+        )
+    gpu = GPUFacts(
+        product,
+        memory,
+        count,
+        resource,
+        compute,
+        mig=False,
+        labelled=known and ident.product is not None,
+        vendor=vendor,
+        sku=sku.id if sku else "",
+        bandwidth_gbs=float(sku.bandwidth_gbs) if sku else 0.0,
+        selector=ident.selector,
+    )
     return gpu, [f"{count}x {product} ({resource}): " + "; ".join(facts), *notes]
 
 
@@ -480,8 +546,10 @@ def extended_resource_tolerations(cls: HardwareClass) -> list[dict[str, str]]:
     accelerators (key = the resource name, operator Exists, effect NoSchedule); GKE enables it, so its
     ``nvidia.com/gpu=present:NoSchedule`` taint never keeps GPU pods off GPU nodes. The renderer adds the same
     toleration to the pod, so the pod schedules where the plugin is not enabled too."""
-    return [{"key": r, "operator": "Exists", "effect": "NoSchedule"}
-            for r in sorted({g.resource for g in cls.gpus if not g.dra})]  # fmt: skip
+    return [
+        {"key": r, "operator": "Exists", "effect": "NoSchedule"}
+        for r in sorted({g.resource for g in cls.gpus if not g.dra})
+    ]
 
 
 def gpu_speed(product: str) -> float:

@@ -29,8 +29,9 @@ from inference_backend.vocabulary import DRA_POOL_ANNOTATION
 Pool = tuple[str, tuple[tuple[str, str], ...]]
 """(extended resource, sorted identifying node labels the pod selects)."""
 
-SELECTOR_KEYS = frozenset({GFD_PRODUCT, *AMD_PRODUCT, GKE_ACCELERATOR, KARPENTER_GPU_NAME, EKS_AUTO_GPU_NAME,
-                           *INSTANCE_TYPE_LABELS})  # fmt: skip
+SELECTOR_KEYS = frozenset(
+    {GFD_PRODUCT, *AMD_PRODUCT, GKE_ACCELERATOR, KARPENTER_GPU_NAME, EKS_AUTO_GPU_NAME, *INSTANCE_TYPE_LABELS}
+)
 """Every label the identification may put in a pod's nodeSelector."""
 
 
@@ -74,8 +75,9 @@ def _annotated_pool(annotations: Mapping[str, Any], replicas: int) -> tuple[Pool
         return None
 
 
-def pod_pool(pod: Mapping[str, Any], replicas: int, annotations: Mapping[str, Any] | None = None
-             ) -> tuple[Pool, int] | None:  # fmt: skip
+def pod_pool(
+    pod: Mapping[str, Any], replicas: int, annotations: Mapping[str, Any] | None = None
+) -> tuple[Pool, int] | None:
     """(pool, devices over all replicas) a pod template requests; None when it requests no accelerator.
     ``annotations``: the template's, where a DRA placement names its pool (DRA_POOL_ANNOTATION)."""
     if annotations and DRA_POOL_ANNOTATION in annotations:
@@ -109,10 +111,19 @@ def capacity(pool: Pool, classes: Iterable[tuple[HardwareClass, int]]) -> int:
     pool, the devices its claim's attributes select, one by one."""
     resource, labels = pool
     if _dra_pool(labels):
-        return sum(g.count * n for cls, n in classes for g in cls.gpus
-                   if g.dra and g.resource == resource and tuple(sorted(g.selector)) == labels)  # fmt: skip
-    return sum(g.count * n for cls, n in classes if _matches(cls, labels) for g in cls.gpus
-               if g.resource == resource and not g.dra)  # fmt: skip
+        return sum(
+            g.count * n
+            for cls, n in classes
+            for g in cls.gpus
+            if g.dra and g.resource == resource and tuple(sorted(g.selector)) == labels
+        )
+    return sum(
+        g.count * n
+        for cls, n in classes
+        if _matches(cls, labels)
+        for g in cls.gpus
+        if g.resource == resource and not g.dra
+    )
 
 
 def overlap(a: Pool, b: Pool, classes: Iterable[tuple[HardwareClass, int]]) -> bool:
@@ -124,8 +135,9 @@ def overlap(a: Pool, b: Pool, classes: Iterable[tuple[HardwareClass, int]]) -> b
         return True
     if _dra_pool(a[1]) or _dra_pool(b[1]):
         return False
-    return any(_matches(cls, a[1]) and _matches(cls, b[1]) and any(g.resource == a[0] for g in cls.gpus)
-               for cls, _ in classes)  # fmt: skip
+    return any(
+        _matches(cls, a[1]) and _matches(cls, b[1]) and any(g.resource == a[0] for g in cls.gpus) for cls, _ in classes
+    )
 
 
 def reserved(pool: Pool, in_use: Mapping[Pool, int], classes: Iterable[tuple[HardwareClass, int]]) -> int:

@@ -10,15 +10,32 @@ from inference_backend.facts.sku_table import SKUS
 
 
 def skus() -> str:
-    lines = ["| row | vendor | names (as labelled) | memory (datasheet / counted MiB) | compute | GB/s | bf16 | fp8 | "
-             "link | MIG profiles |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| row | vendor | names (as labelled) | memory (datasheet / counted MiB) | compute | GB/s | bf16 | fp8 | "
+        "link | MIG profiles |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for s in SKUS:
         cc = f"{s.compute[0]}.{s.compute[1]}" if s.compute else (s.arch or "-")
-        mig = ", ".join(f"{p.name} ({p.compute_slices}/{s.mig_slices[0]}, {p.memory_slices}/{s.mig_slices[1]})"
-                        for p in s.mig) or "-"  # fmt: skip
+        mig = (
+            ", ".join(
+                f"{p.name} ({p.compute_slices}/{s.mig_slices[0]}, {p.memory_slices}/{s.mig_slices[1]})" for p in s.mig
+            )
+            or "-"
+        )
         link = "NVLink" if s.nvlink and s.vendor == "nvidia" else ("fabric" if s.nvlink else "PCIe")
-        cells = (s.id, s.vendor, ", ".join(f"`{n}`" for n in s.names), f"{s.memory_gb} GB / {s.memory_mib}", cc,
-                 str(s.bandwidth_gbs), "yes" if s.bf16 else "no", "yes" if s.fp8 else "no", link, mig)  # fmt: skip
+        cells = (
+            s.id,
+            s.vendor,
+            ", ".join(f"`{n}`" for n in s.names),
+            f"{s.memory_gb} GB / {s.memory_mib}",
+            cc,
+            str(s.bandwidth_gbs),
+            "yes" if s.bf16 else "no",
+            "yes" if s.fp8 else "no",
+            link,
+            mig,
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -35,8 +52,12 @@ def _instances(title: str, rows: dict[str, InstanceType]) -> list[str]:
 def clouds() -> str:
     gke = ["| `cloud.google.com/gke-accelerator` | row |", "|---|---|"]
     gke += [f"| `{k}` | {v} |" for k, v in sorted(GKE_ACCELERATORS.items())]
-    parts = [gke, _instances("AWS instance type", AWS), _instances("GCP machine type", GCP),
-             _instances("Azure VM size", AZURE)]  # fmt: skip
+    parts = [
+        gke,
+        _instances("AWS instance type", AWS),
+        _instances("GCP machine type", GCP),
+        _instances("Azure VM size", AZURE),
+    ]
     return "\n\n".join("\n".join(p) for p in parts)
 
 

@@ -10,8 +10,24 @@ from __future__ import annotations
 import re
 
 # Words that name the vendor or the product line, not the part: dropped before matching.
-NOISE = frozenset({"nvidia", "tesla", "amd", "instinct", "intel", "habana", "gpu", "graphics", "tensor", "core",
-                   "accelerator", "module", "generation", "edition"})  # fmt: skip
+NOISE = frozenset(
+    {
+        "nvidia",
+        "tesla",
+        "amd",
+        "instinct",
+        "intel",
+        "habana",
+        "gpu",
+        "graphics",
+        "tensor",
+        "core",
+        "accelerator",
+        "module",
+        "generation",
+        "edition",
+    }
+)
 _SPLIT = re.compile(r"[^a-z0-9]+")
 _MEMORY = re.compile(r"^(\d+)(?:g|gb|gib)$")
 

@@ -64,8 +64,9 @@ def _detect(path: Path) -> Facts:
         return facts
     if suffix == ".safetensors":
         return _single_safetensors(path)
-    raise InspectError(f"{path}: unknown model format (expected a .gguf, .onnx or .safetensors file, or a model "
-                       "directory)")  # fmt: skip
+    raise InspectError(
+        f"{path}: unknown model format (expected a .gguf, .onnx or .safetensors file, or a model directory)"
+    )
 
 
 def _magic(path: Path) -> bytes:
@@ -120,8 +121,10 @@ def _hf_cache(path: Path) -> tuple[str, str, str | None] | None:
 def default_uri(path: Path) -> str:
     cached = _hf_cache(path)
     if cached is None:
-        raise InspectError(f"{path}: cannot tell where the weights are served from: pass --uri (hf://org/name, "
-                           "s3://bucket/path, gs://bucket/path, pvc://claim/path, https://host/file)")  # fmt: skip
+        raise InspectError(
+            f"{path}: cannot tell where the weights are served from: pass --uri (hf://org/name, "
+            "s3://bucket/path, gs://bucket/path, pvc://claim/path, https://host/file)"
+        )
     org, name, inner = cached
     return f"hf://{org}/{name}" + (f"/{inner}" if inner else "")
 
@@ -135,8 +138,9 @@ def default_name(path: Path) -> str:
     return name
 
 
-def inspect_path(path: str | Path, uri: str | None = None, name: str | None = None,
-                 namespace: str | None = None) -> Inspection:  # fmt: skip
+def inspect_path(
+    path: str | Path, uri: str | None = None, name: str | None = None, namespace: str | None = None
+) -> Inspection:
     """Read the artifact at ``path`` into a Model. Raises InspectError naming the file on any problem."""
     path = Path(path)
     try:

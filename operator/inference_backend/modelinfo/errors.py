@@ -48,8 +48,9 @@ def read_bytes(path: Path, max_bytes: int) -> bytes:
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise InspectError(f"{path}: {size} bytes, more than the {max_bytes} read from a {path.name} (refused "
-                               "unread)")  # fmt: skip
+            raise InspectError(
+                f"{path}: {size} bytes, more than the {max_bytes} read from a {path.name} (refused unread)"
+            )
         return path.read_bytes()
     except OSError as exc:
         raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
@@ -69,5 +70,6 @@ def import_extra(module: str, path: Path, what: str) -> Any:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        raise InspectError(f"{path}: reading {what} needs the {module} package: pip install "
-                           "'inference-backend[inspect]'") from exc  # fmt: skip
+        raise InspectError(
+            f"{path}: reading {what} needs the {module} package: pip install 'inference-backend[inspect]'"
+        ) from exc

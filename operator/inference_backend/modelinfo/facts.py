@@ -7,9 +7,22 @@ from typing import Any
 
 # Model.spec fields in the order they are printed (camelCase, as on the wire).
 FIELDS = (
-    "format", "architecture", "parameters", "activeParameters", "dtype", "quantization", "contextLength",
-    "tokenizer", "layers", "attentionHeads", "kvHeads", "headDim", "hiddenSize", "experts", "activeExpertsPerToken",
-)  # fmt: skip
+    "format",
+    "architecture",
+    "parameters",
+    "activeParameters",
+    "dtype",
+    "quantization",
+    "contextLength",
+    "tokenizer",
+    "layers",
+    "attentionHeads",
+    "kvHeads",
+    "headDim",
+    "hiddenSize",
+    "experts",
+    "activeExpertsPerToken",
+)
 
 
 @dataclass

@@ -64,8 +64,10 @@ def _quantization(reader: Header, path: Path, facts: Facts) -> None:
         raise InspectError(f"{path}: general.file_type {raw} is not a llama.cpp file type") from exc
     quant = _FILE_QUANT.get(name) or name.removeprefix("MOSTLY_").lower()
     if quant not in GGUF_QUANTIZATIONS:
-        raise InspectError(f"{path}: GGUF file type {name} is not a quantization the Model API knows "
-                           f"({', '.join(sorted(GGUF_QUANTIZATIONS))})")  # fmt: skip
+        raise InspectError(
+            f"{path}: GGUF file type {name} is not a quantization the Model API knows "
+            f"({', '.join(sorted(GGUF_QUANTIZATIONS))})"
+        )
     facts.set("quantization", quant, f"general.file_type {int(raw)} ({name})")
     if name in _FILE_DTYPES:
         facts.set("dtype", _FILE_DTYPES[name], f"general.file_type {int(raw)} ({name})")
@@ -87,8 +89,9 @@ def _read(reader: Header, path: Path, facts: Facts) -> None:
     arch = _value(reader, "general.architecture")
     if not isinstance(arch, str):
         raise InspectError(f"{path}: no general.architecture in the GGUF header")
-    facts.notes.append(f"general.architecture {arch} (a llama.cpp architecture, not a Hugging Face class: "
-                       "architecture left out)")  # fmt: skip
+    facts.notes.append(
+        f"general.architecture {arch} (a llama.cpp architecture, not a Hugging Face class: architecture left out)"
+    )
     _quantization(reader, path, facts)
     for name, key in (
         ("layers", "block_count"),
@@ -118,8 +121,11 @@ def _read(reader: Header, path: Path, facts: Facts) -> None:
         routed = tz.routed_expert_parameters(table, experts)
         if routed:
             count = tz.active_parameters(total, routed, experts, active, str(path))
-            facts.set("activeParameters", tz.parameters_text(count),
-                      f"{where}: dense + {active}/{experts} of {tz.parameters_text(routed)} in *_exps")  # fmt: skip
+            facts.set(
+                "activeParameters",
+                tz.parameters_text(count),
+                f"{where}: dense + {active}/{experts} of {tz.parameters_text(routed)} in *_exps",
+            )
     tokens = _value(reader, "tokenizer.ggml.tokens")
     if isinstance(tokens, list) and tokens:
         pre, model = _value(reader, "tokenizer.ggml.pre"), _value(reader, "tokenizer.ggml.model")

@@ -42,9 +42,18 @@ KEEP_INT_ARRAY = 65536
 
 # value type -> (struct format, size) of the scalar types (docs/gguf.md gguf_metadata_value_type)
 _SCALARS: dict[int, tuple[str, int]] = {
-    0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4), 6: ("<f", 4), 7: ("<?", 1),
-    10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8),
-}  # fmt: skip
+    0: ("<B", 1),
+    1: ("<b", 1),
+    2: ("<H", 2),
+    3: ("<h", 2),
+    4: ("<I", 4),
+    5: ("<i", 4),
+    6: ("<f", 4),
+    7: ("<?", 1),
+    10: ("<Q", 8),
+    11: ("<q", 8),
+    12: ("<d", 8),
+}
 _STRING, _ARRAY = 8, 9
 _INTS = frozenset({0, 1, 2, 3, 4, 5, 10, 11})
 
@@ -237,8 +246,9 @@ def _tensor(cur: _Cursor) -> TensorInfo:
     return TensorInfo(name, shape, kind, offset)
 
 
-def _check_data(t: TensorInfo, data_start: int, size: int, alignment: int,
-                block_sizes: Mapping[int, tuple[int, int]]) -> None:  # fmt: skip
+def _check_data(
+    t: TensorInfo, data_start: int, size: int, alignment: int, block_sizes: Mapping[int, tuple[int, int]]
+) -> None:
     if t.type not in block_sizes:
         raise GGUFError(f"tensor {t.name}: unknown ggml type {t.type}")
     block, nbytes = block_sizes[t.type]
@@ -246,5 +256,7 @@ def _check_data(t: TensorInfo, data_start: int, size: int, alignment: int,
         raise GGUFError(f"tensor {t.name}: first dimension {t.shape[0]} is not a multiple of its block ({block})")
     length = t.n_elements // block * nbytes
     if t.offset % alignment or data_start + t.offset + length > size:
-        raise GGUFError(f"tensor {t.name}: {length} bytes at data offset {t.offset} lie past the end of the file "
-                        f"({size} bytes; truncated or corrupt)")  # fmt: skip
+        raise GGUFError(
+            f"tensor {t.name}: {length} bytes at data offset {t.offset} lie past the end of the file "
+            f"({size} bytes; truncated or corrupt)"
+        )

@@ -77,8 +77,10 @@ def _quantization(config: dict[str, Any], facts: Facts) -> tuple[str | None, int
         return None, 4
     method = qc.get("quant_method")
     if not isinstance(method, str) or method not in QUANT_METHODS:
-        raise InspectError(f"{facts.path}/config.json: quantization_config.quant_method {method!r:.60} is not one "
-                           f"the Model API knows ({', '.join(sorted(QUANT_METHODS))})")  # fmt: skip
+        raise InspectError(
+            f"{facts.path}/config.json: quantization_config.quant_method {method!r:.60} is not one "
+            f"the Model API knows ({', '.join(sorted(QUANT_METHODS))})"
+        )
     bits = qc.get("bits")
     if method == "bitsandbytes":
         bits = 4 if qc.get("load_in_4bit") else 8
@@ -100,8 +102,9 @@ def shard_path(directory: Path, index_path: Path, name: object) -> Path:
     a Hugging Face cache snapshot links its files to ../../blobs.)"""
     parts = name.split("/") if isinstance(name, str) else []
     if not parts or any(p in ("", ".", "..") or "\\" in p or "\x00" in p for p in parts) or not isinstance(name, str):
-        raise InspectError(f"{index_path}: weight_map names {name!r:.80}, not a file inside {directory} (a relative "
-                           "path without '..')")  # fmt: skip
+        raise InspectError(
+            f"{index_path}: weight_map names {name!r:.80}, not a file inside {directory} (a relative path without '..')"
+        )
     return directory.joinpath(*parts)
 
 
@@ -165,8 +168,11 @@ def _active(tensors: list[tz.Tensor], total: int, method: str | None, bits: int,
         facts.notes.append(f"{experts} experts in the config but no expert tensors found: activeParameters not set")
         return
     count = tz.active_parameters(total, routed, experts, active, facts.path)
-    facts.set("activeParameters", tz.parameters_text(count),
-              f"{where}: dense + {active}/{experts} of {tz.parameters_text(routed)} in the experts")  # fmt: skip
+    facts.set(
+        "activeParameters",
+        tz.parameters_text(count),
+        f"{where}: dense + {active}/{experts} of {tz.parameters_text(routed)} in the experts",
+    )
 
 
 def _estimate_from_index(directory: Path, index: dict[str, Any], config: dict[str, Any], facts: Facts) -> None:
@@ -180,9 +186,12 @@ def _estimate_from_index(directory: Path, index: dict[str, Any], config: dict[st
         facts.notes.append(f"no shard of {INDEX} is present: parameters not counted")
         return
     count = int(total_size / DTYPE_BYTES[dtype])
-    facts.set("parameters", tz.parameters_text(count),
-              f"{INDEX} metadata.total_size {total_size} bytes / {DTYPE_BYTES[dtype]:g} ({dtype}): an estimate, "
-              "the shards are not here")  # fmt: skip
+    facts.set(
+        "parameters",
+        tz.parameters_text(count),
+        f"{INDEX} metadata.total_size {total_size} bytes / {DTYPE_BYTES[dtype]:g} ({dtype}): an estimate, "
+        "the shards are not here",
+    )
 
 
 def read_tokenizer(directory: Path, config: dict[str, Any], facts: Facts) -> None:

@@ -19,9 +19,19 @@ from inference_backend.modelinfo.facts import Facts
 
 # onnx.TensorProto.DataType -> the Model's dtype names (only weight-carrying types are counted)
 _DTYPES = {
-    1: "float32", 10: "float16", 16: "bfloat16", 11: "float64", 3: "int8", 2: "int8",
-    17: "fp8", 18: "fp8", 19: "fp8", 20: "fp8", 21: "int4", 22: "int4",
-}  # fmt: skip
+    1: "float32",
+    10: "float16",
+    16: "bfloat16",
+    11: "float64",
+    3: "int8",
+    2: "int8",
+    17: "fp8",
+    18: "fp8",
+    19: "fp8",
+    20: "fp8",
+    21: "int4",
+    22: "int4",
+}
 # KV-cache inputs [batch, kv_heads, past, head_dim]: ours (past_key_0) and onnxruntime-genai's (past_key_values.0.key)
 _PAST_KEY = re.compile(r"^past_key_(\d+)$|^past_key_values\.(\d+)\.key$")
 

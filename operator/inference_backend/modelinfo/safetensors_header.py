@@ -17,12 +17,26 @@ from inference_backend.modelinfo.tensors import Tensor
 
 # safetensors dtype -> (our dtype name, bytes per element; 0 for sub-byte types that are not size-checked)
 DTYPES: dict[str, tuple[str, float]] = {
-    "F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2), "BF16": ("bfloat16", 2),
-    "F8_E4M3": ("fp8", 1), "F8_E5M2": ("fp8", 1), "F8_E8M0": ("fp8", 1),
-    "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2), "I8": ("int8", 1),
-    "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1), "BOOL": ("bool", 1),
-    "F4": ("int4", 0), "F6_E2M3": ("fp8", 0), "F6_E3M2": ("fp8", 0),
-}  # fmt: skip
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "F8_E4M3": ("fp8", 1),
+    "F8_E5M2": ("fp8", 1),
+    "F8_E8M0": ("fp8", 1),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U64": ("uint64", 8),
+    "U32": ("uint32", 4),
+    "U16": ("uint16", 2),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+    "F4": ("int4", 0),
+    "F6_E2M3": ("fp8", 0),
+    "F6_E3M2": ("fp8", 0),
+}
 MAX_HEADER = 100 * 2**20  # the reference implementation refuses headers over 100 MB
 MAX_HEADER_ITEMS = 2_000_000
 """JSON values in one header (about 7 per tensor: a shard of 5,000 tensors has 35,000): 300,000 tensors at most, and
@@ -41,8 +55,10 @@ def read_header(path: Path) -> list[Tensor]:
             (length,) = struct.unpack("<Q", head)
             if length > MAX_HEADER or 8 + length > size:
                 shown = f"{length} header bytes" if length <= size else "a header longer than the file"
-                raise InspectError(f"{path}: corrupt safetensors header (declares {shown}, file has {size} bytes; "
-                                   f"at most {MAX_HEADER} read)")  # fmt: skip
+                raise InspectError(
+                    f"{path}: corrupt safetensors header (declares {shown}, file has {size} bytes; "
+                    f"at most {MAX_HEADER} read)"
+                )
             raw = f.read(length)
     except OSError as exc:
         raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
@@ -75,8 +91,10 @@ def _tensor(path: Path, name: str, entry: object, data_size: int) -> Tensor:
         raise InspectError(f"{path}: tensor {name!r} has dtype {dtype!r}, not a safetensors dtype")
     ours, width = DTYPES[dtype]
     if not 0 <= begin <= end <= data_size:
-        raise InspectError(f"{path}: tensor {name!r} lies at bytes {begin}..{end}, past the file's {data_size} "
-                           "data bytes (truncated or corrupt)")  # fmt: skip
+        raise InspectError(
+            f"{path}: tensor {name!r} lies at bytes {begin}..{end}, past the file's {data_size} "
+            "data bytes (truncated or corrupt)"
+        )
     if width and end - begin != math.prod(shape) * width:
         raise InspectError(f"{path}: tensor {name!r} declares shape {shape} of {dtype} but {end - begin} bytes")
     return Tensor(name, tuple(shape), ours)

@@ -69,8 +69,9 @@ def weight_dtype(tensors: Iterable[Tensor]) -> str | None:
     return by_dtype.most_common(1)[0][0] if by_dtype else None
 
 
-def routed_expert_parameters(tensors: Sequence[Tensor], experts: int, quant_method: str | None = None,
-                             bits: int = 4) -> int:  # fmt: skip
+def routed_expert_parameters(
+    tensors: Sequence[Tensor], experts: int, quant_method: str | None = None, bits: int = 4
+) -> int:
     """Parameters in the routed experts (per-expert or fused tensors); 0 for a dense model."""
     routed = 0
     for t in tensors:

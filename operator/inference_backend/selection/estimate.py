@@ -34,8 +34,9 @@ class Estimate:
 
     @staticmethod
     def of(p: Prediction, cap: float = 0.0, cap_how: str = "") -> Estimate:
-        return Estimate(p.ttft_ms, p.ttft_p95_ms, p.tpot_ms, p.tokens_per_second, p.concurrency, p.saturated,
-                        p.source, cap, cap_how)  # fmt: skip
+        return Estimate(
+            p.ttft_ms, p.ttft_p95_ms, p.tpot_ms, p.tokens_per_second, p.concurrency, p.saturated, p.source, cap, cap_how
+        )
 
 
 def weight_format(model: ResolvedModel, serving_dtype: str) -> str:
@@ -63,10 +64,10 @@ class Replica:
 def estimate(r: Replica, placement: Placement, model: ResolvedModel, load: Workload) -> Estimate:
     """One replica of ``r.engine`` on ``placement`` at ``load`` (per replica)."""
     if placement.gpu is None:
-        cpu = cpu_placed(r.engine, r.profile, model, placement, r.weights, r.kv_token, r.serving_dtype, r.held,
-                         r.slots)  # fmt: skip
-        return Estimate.of(predict(cpu.shape, cpu.device, cpu.efficiency, load, cpu.cap, cpu.source), cpu.cap,
-                           cpu.cap_source)  # fmt: skip
+        cpu = cpu_placed(r.engine, r.profile, model, placement, r.weights, r.kv_token, r.serving_dtype, r.held, r.slots)
+        return Estimate.of(
+            predict(cpu.shape, cpu.device, cpu.efficiency, load, cpu.cap, cpu.source), cpu.cap, cpu.cap_source
+        )
     placed = place_gpu(r.engine, model, placement, r.weights, r.kv_token, r.serving_dtype, r.held, r.slots, r.version)
     fmt = compute_format(model, r.serving_dtype)
     return Estimate.of(gpu_performance(placed, load, placement.gpu.sku, fmt), placed.cap, placed.cap_source)

@@ -70,17 +70,22 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
         arch_tainted = ARM64_TAINT in blocking and cls.arch == "arm64"
         if arch_tainted:
             blocking.remove(ARM64_TAINT)
-            notes.append(f"{_nodes(names)}: tainted kubernetes.io/arch=arm64:NoSchedule (GKE's Arm nodes): "
-                         "tolerated by a pod selecting kubernetes.io/arch=arm64, as GKE does; both rendered in the "
-                         "pod")  # fmt: skip
+            notes.append(
+                f"{_nodes(names)}: tainted kubernetes.io/arch=arm64:NoSchedule (GKE's Arm nodes): "
+                "tolerated by a pod selecting kubernetes.io/arch=arm64, as GKE does; both rendered in the "
+                "pod"
+            )
         implicit = extended_resource_tolerations(cls) if cls.has_gpu else []
         gpu_only = bool(blocking) and all(tolerates(implicit, t) for t in blocking)
         if gpu_only:
-            keys = ", ".join(sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
-                                     for t in blocking}))  # fmt: skip
-            notes.append(f"{_nodes(names)}: tainted {keys}: tolerated by pods requesting the accelerator (the "
-                         "toleration GKE's ExtendedResourceToleration admission adds; rendered in the pod), "
-                         "so only GPU placements use these nodes")  # fmt: skip
+            keys = ", ".join(
+                sorted({f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in blocking})
+            )
+            notes.append(
+                f"{_nodes(names)}: tainted {keys}: tolerated by pods requesting the accelerator (the "
+                "toleration GKE's ExtendedResourceToleration admission adds; rendered in the pod), "
+                "so only GPU placements use these nodes"
+            )
             blocking = []
         if blocking:
             t = blocking[0]
@@ -109,9 +114,13 @@ def usable_classes(hardware: Hardware, cluster: ClusterFacts) -> tuple[list[Usab
 # Labels that GPU nodes carry and CPU nodes do not: GFD's product, GKE's accelerator, Karpenter's and EKS Auto
 # Mode's GPU facts, AMD's device-plugin labeller.
 GPU_NODE_LABELS = (
-    "nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "karpenter.k8s.aws/instance-gpu-count",
-    "eks.amazonaws.com/instance-gpu-name", "amd.com/gpu.product-name", "beta.amd.com/gpu.product-name",
-)  # fmt: skip
+    "nvidia.com/gpu.product",
+    "cloud.google.com/gke-accelerator",
+    "karpenter.k8s.aws/instance-gpu-count",
+    "eks.amazonaws.com/instance-gpu-name",
+    "amd.com/gpu.product-name",
+    "beta.amd.com/gpu.product-name",
+)
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 Expression = tuple[str, str, tuple[str, ...]]
 
@@ -135,10 +144,14 @@ def gpu_node_exclusion(cluster: ClusterFacts, chosen: HardwareClass) -> tuple[tu
         left = [c for c in left if c.label_map().get(INSTANCE_TYPE) not in types]
     notes = []
     if exprs:
-        notes.append("CPU placement kept off GPU nodes by node affinity: " + ", ".join(
-            f"{k} {op}" + (f" {list(v)}" if v else "") for k, op, v in exprs))  # fmt: skip
+        notes.append(
+            "CPU placement kept off GPU nodes by node affinity: "
+            + ", ".join(f"{k} {op}" + (f" {list(v)}" if v else "") for k, op, v in exprs)
+        )
     if left:
         names = sorted(n for c in left for n in cluster[c])
-        notes.append(f"{_nodes(tuple(names))}: GPU nodes without a label that tells them apart from CPU nodes: "
-                     "the CPU pod is not kept off them")  # fmt: skip
+        notes.append(
+            f"{_nodes(tuple(names))}: GPU nodes without a label that tells them apart from CPU nodes: "
+            "the CPU pod is not kept off them"
+        )
     return tuple(exprs), notes

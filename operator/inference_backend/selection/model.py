@@ -11,8 +11,14 @@ from inference_backend.architectures import find, nearest_shape
 from inference_backend.decision import InvalidSpec, ResolvedModel, WeightsCache
 from inference_backend.quantity import parse_parameters
 
-_SUFFIX_FORMATS = ((".gguf", "gguf"), (".onnx", "onnx"), (".pt", "pytorch"), (".pth", "pytorch"),
-                   (".bin", "pytorch"), (".safetensors", "safetensors"))  # fmt: skip
+_SUFFIX_FORMATS = (
+    (".gguf", "gguf"),
+    (".onnx", "onnx"),
+    (".pt", "pytorch"),
+    (".pth", "pytorch"),
+    (".bin", "pytorch"),
+    (".safetensors", "safetensors"),
+)
 _GGUF_QUANT_IN_NAME = re.compile(r"(?i)[._-](q8_0|q6_k|q5_k_m|q5_k_s|q5_0|q4_k_m|q4_k_s|q4_0|q3_k_m|q2_k|f16|bf16)\b")
 DEFAULT_CONTEXT = 4096
 _MERGED = ("uri", "format", "architecture", "parameters", "dtype", "quantization", "context_length")
@@ -34,7 +40,7 @@ def infer_format(uri: str) -> tuple[str | None, str]:
 
 def resolve_model(
     source: ModelSource, registry: Mapping[str, ModelSpec], field: str = "spec.model"
-) -> tuple[ResolvedModel, list[str]]:  # fmt: skip
+) -> tuple[ResolvedModel, list[str]]:
     """Merge ``source`` with its registered Model (inline facts win) and fill in what can be inferred.
 
     Raises InvalidSpec naming the field when the model cannot be sized or served as written.
@@ -78,8 +84,9 @@ def resolve_model(
     if dtype is None:
         dtype = {"gguf": "float16", "onnx": "float32", "pytorch": "float32"}.get(str(fmt), "bfloat16")
         reasons.append(f"dtype not given: assuming {dtype} for {fmt}")
-    shape, shape_source, shape_reasons = _shape(registered, uri if isinstance(uri, str) else None, parameters,
-                                                params_text, facts.get("architecture"))  # fmt: skip
+    shape, shape_source, shape_reasons = _shape(
+        registered, uri if isinstance(uri, str) else None, parameters, params_text, facts.get("architecture")
+    )
     reasons.extend(shape_reasons)
     layers, kv_heads, head_dim, heads = shape
     context = facts.get("context_length")
@@ -109,20 +116,29 @@ def resolve_model(
     return resolved, reasons
 
 
-_SHAPE_FIELDS = (("layers", "layers"), ("kv_heads", "kvHeads"), ("head_dim", "headDim"),
-                 ("attention_heads", "attentionHeads"))  # fmt: skip
+_SHAPE_FIELDS = (
+    ("layers", "layers"),
+    ("kv_heads", "kvHeads"),
+    ("head_dim", "headDim"),
+    ("attention_heads", "attentionHeads"),
+)
 
 
-def _shape(registered: ModelSpec | None, uri: str | None, parameters: int, params_text: str, architecture: object
-           ) -> tuple[tuple[int, int, int, int], str, list[str]]:  # fmt: skip
+def _shape(
+    registered: ModelSpec | None, uri: str | None, parameters: int, params_text: str, architecture: object
+) -> tuple[tuple[int, int, int, int], str, list[str]]:
     """(layers, KV heads, head dim, attention heads), where they came from, and the reasons.
 
     Precedence per fact: the registered Model's field, then the architecture-table row the uri names
     (architectures.find), then the row nearest in parameter count (a stand-in, said so)."""
     given = {f: getattr(registered, f) if registered else None for f, _ in _SHAPE_FIELDS}
     if all(isinstance(v, int) for v in given.values()):
-        known = (int(given["layers"] or 0), int(given["kv_heads"] or 0), int(given["head_dim"] or 0),
-                 int(given["attention_heads"] or 0))  # fmt: skip
+        known = (
+            int(given["layers"] or 0),
+            int(given["kv_heads"] or 0),
+            int(given["head_dim"] or 0),
+            int(given["attention_heads"] or 0),
+        )
         return known, "Model facts (layers, kvHeads, headDim, attentionHeads)", []
     reasons: list[str] = []
     row, why = find(uri, parameters, architecture if isinstance(architecture, str) else None)
@@ -135,8 +151,10 @@ def _shape(registered: ModelSpec | None, uri: str | None, parameters: int, param
         source = f"the built-in shape of {row.name} (nearest size to {params_text}; a stand-in, not this model)"
     filled: dict[str, int] = {f: v if isinstance(v, int) else int(getattr(row, f)) for f, v in given.items()}
     missing = [api for f, api in _SHAPE_FIELDS if given[f] is None]
-    reasons.append(f"{', '.join(missing)} from {source}: {filled['layers']} layers, {filled['attention_heads']} "
-                   f"attention heads, {filled['kv_heads']} KV heads, head dim {filled['head_dim']}")  # fmt: skip
+    reasons.append(
+        f"{', '.join(missing)} from {source}: {filled['layers']} layers, {filled['attention_heads']} "
+        f"attention heads, {filled['kv_heads']} KV heads, head dim {filled['head_dim']}"
+    )
     shape = (filled["layers"], filled["kv_heads"], filled["head_dim"], filled["attention_heads"])
     return shape, source, reasons
 
@@ -147,8 +165,11 @@ def _active_parameters(registered: ModelSpec | None, parameters: int, field: str
         return None
     active = parse_parameters(registered.active_parameters)
     if active > parameters:
-        raise InvalidSpec(f"{field}.modelRef", f"the Model's activeParameters {registered.active_parameters} exceed "
-                                               f"the parameters served ({parameters / 1e9:.2f}B)")  # fmt: skip
+        raise InvalidSpec(
+            f"{field}.modelRef",
+            f"the Model's activeParameters {registered.active_parameters} exceed "
+            f"the parameters served ({parameters / 1e9:.2f}B)",
+        )
     return active
 
 
@@ -160,8 +181,10 @@ def resolve_draft(name: str, registry: Mapping[str, ModelSpec]) -> ResolvedModel
 def draft_incompatibility(target: ResolvedModel, draft: ResolvedModel) -> str | None:
     """Why ``draft`` cannot draft for ``target`` (tokenizer, vocabulary, architecture, size), or None."""
     if target.tokenizer is None:
-        return ("the target has no tokenizer facts to check the draft against "
-                "(serve a registered Model via spec.model.modelRef with spec.tokenizer)")  # fmt: skip
+        return (
+            "the target has no tokenizer facts to check the draft against "
+            "(serve a registered Model via spec.model.modelRef with spec.tokenizer)"
+        )
     if draft.tokenizer is None:
         return f"draft {draft.model_ref} has no tokenizer facts (Model spec.tokenizer)"
     if target.tokenizer.vocab_hash and draft.tokenizer.vocab_hash:  # both read from the artifacts: the vocabularies
@@ -170,8 +193,10 @@ def draft_incompatibility(target: ResolvedModel, draft: ResolvedModel) -> str | 
     elif draft.tokenizer.family != target.tokenizer.family:
         return f"tokenizer {draft.tokenizer.family} of the draft differs from the target's {target.tokenizer.family}"
     if draft.tokenizer.vocab_size != target.tokenizer.vocab_size:
-        return (f"vocabulary size {draft.tokenizer.vocab_size} of the draft differs from the target's "
-                f"{target.tokenizer.vocab_size}")  # fmt: skip
+        return (
+            f"vocabulary size {draft.tokenizer.vocab_size} of the draft differs from the target's "
+            f"{target.tokenizer.vocab_size}"
+        )
     if draft.architecture and target.architecture and draft.architecture != target.architecture:
         return f"architecture {draft.architecture} of the draft differs from the target's {target.architecture}"
     if draft.parameters >= target.parameters:

@@ -37,9 +37,11 @@ from inference_backend.selection.options import (
 from inference_backend.selection.planning import gpu_host, tokens_per_sequence
 
 MAX_NODES = 64
-NETWORK = ("the cluster network between nodes (pipeline parallel sends only the activations of the stage boundary, "
-           "one hidden-state vector per token; InfiniBand or RoCE is not required but the node labels do not say "
-           "what the network is)")  # fmt: skip
+NETWORK = (
+    "the cluster network between nodes (pipeline parallel sends only the activations of the stage boundary, "
+    "one hidden-state vector per token; InfiniBand or RoCE is not required but the node labels do not say "
+    "what the network is)"
+)
 
 
 def _engine_for(candidates: list[str], vendor: str) -> str | None:
@@ -85,8 +87,9 @@ def _layout(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, gpu: 
     return None
 
 
-def multi_node_layout(spec: InferenceBackendSpec, model: ResolvedModel, candidates: list[str],
-                      gpu_classes: list[UsableClass]) -> MultiNode | None:  # fmt: skip
+def multi_node_layout(
+    spec: InferenceBackendSpec, model: ResolvedModel, candidates: list[str], gpu_classes: list[UsableClass]
+) -> MultiNode | None:
     """The layout with the fewest nodes (then GPUs, then product) over the usable GPU classes, or None."""
     fraction = spec.kv_cache.memory_fraction
     best: tuple[tuple[int, int, str], MultiNode] | None = None
@@ -117,16 +120,19 @@ def interconnect(gpu: GPUFacts) -> str:
         inside = f"{link} between the GPUs of a node ({sku.id}, {sku.source})"
     else:
         inside = f"PCIe only between the GPUs of a node ({sku.id} has no NVLink, {sku.source})"
-    return (f"interconnect: tensor parallel inside each node over {inside}; pipeline parallel across nodes over "
-            f"{NETWORK}")  # fmt: skip
+    return (
+        f"interconnect: tensor parallel inside each node over {inside}; pipeline parallel across nodes over {NETWORK}"
+    )
 
 
 def engines_across_nodes() -> str:
     """Which engines run one replica over several nodes in their pinned releases, and which do not."""
     yes = [f"{card(e).title} {card(e).version}" for e in ENGINES if card(e).multi_node]
     no = [f"{card(e).title} {card(e).version}" for e in ENGINES if not card(e).multi_node]
-    return (f"engines that run one replica across nodes (pinned releases): {', '.join(yes) or 'none'}; "
-            f"not across nodes: {', '.join(no) or 'none'}")  # fmt: skip
+    return (
+        f"engines that run one replica across nodes (pinned releases): {', '.join(yes) or 'none'}; "
+        f"not across nodes: {', '.join(no) or 'none'}"
+    )
 
 
 def needs(layout: MultiNode, replicas: int) -> str:
@@ -136,8 +142,9 @@ def needs(layout: MultiNode, replicas: int) -> str:
     return f"needs {total} nodes of {layout.gpus_per_node}x {layout.gpu.product}{per}"
 
 
-def multi_node_options(engine: str, spec: InferenceBackendSpec, model: ResolvedModel,
-                       gpu_classes: list[UsableClass]) -> tuple[list[Option], str]:  # fmt: skip
+def multi_node_options(
+    engine: str, spec: InferenceBackendSpec, model: ResolvedModel, gpu_classes: list[UsableClass]
+) -> tuple[list[Option], str]:
     """Every multi-node placement of ``engine`` the cluster has the nodes for, and why none when the list is empty.
 
     A replica takes ``nodes`` whole nodes of one hardware class (one pod per node, on distinct nodes), so the class
@@ -159,8 +166,9 @@ def multi_node_options(engine: str, spec: InferenceBackendSpec, model: ResolvedM
                 short = short or f"{needs(layout, spec.replicas)}; {usable.nodes} usable"
                 continue
             fit = gpu_fit(lay.weights, lay.min_kv, gpu.memory_mib * MIB, fraction, lay.tp * lay.nodes)
-            host = gpu_host(usable.hardware, lay.tp, fit.weights / lay.nodes, spec.kv_cache.cpu_offload_gi_b,
-                            gpu.product)  # fmt: skip
+            host = gpu_host(
+                usable.hardware, lay.tp, fit.weights / lay.nodes, spec.kv_cache.cpu_offload_gi_b, gpu.product
+            )
             if host.host is None:
                 short = short or host.note
                 continue

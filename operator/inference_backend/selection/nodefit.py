@@ -49,8 +49,9 @@ def _artifacts(engine: str, model: ResolvedModel, draft: ResolvedModel | None) -
     caps = card(engine)
     out: list[tuple[Artifact, float]] = []
     try:
-        out.append((resolve(model, caps.own_hf_loader), weight_bytes(model.parameters, model.dtype,
-                                                                     model.quantization)))  # fmt: skip
+        out.append(
+            (resolve(model, caps.own_hf_loader), weight_bytes(model.parameters, model.dtype, model.quantization))
+        )
         if draft is not None:
             d = draft_model(model, draft)
             out.append((resolve(d, caps.own_hf_loader, "draft"), weight_bytes(d.parameters, d.dtype, d.quantization)))
@@ -93,8 +94,7 @@ def image_arch_miss(engine: str, spec: InferenceBackendSpec, usable: UsableClass
     for image in images:
         plat = caps.platforms.get(image) if image else None
         if plat is not None and hw.arch not in plat.archs:
-            return (f"{image} is built for {', '.join(sorted(plat.archs))} only ({plat.source}), not "
-                    f"{hw.arch}")  # fmt: skip
+            return f"{image} is built for {', '.join(sorted(plat.archs))} only ({plat.source}), not {hw.arch}"
     if fetch and hw.arch not in OPERATOR_ARCHS:  # the fetch init container's image
         return f"{OPERATOR_IMAGE} (the fetch step) is built for {', '.join(sorted(OPERATOR_ARCHS))} only, not {hw.arch}"
     return None
@@ -104,8 +104,9 @@ def disk_miss(need: PodDisk, hw: HardwareClass) -> str | None:
     if hw.ephemeral_bytes is None or need.bytes <= hw.ephemeral_bytes:
         return None
     what = "the downloaded weights (an emptyDir)" if need.weights else "the engine's caches"
-    return (f"needs {gib(need.bytes)} GiB of ephemeral-storage for {what}; the node allocates "
-            f"{gib(hw.ephemeral_bytes)} GiB")  # fmt: skip
+    return (
+        f"needs {gib(need.bytes)} GiB of ephemeral-storage for {what}; the node allocates {gib(hw.ephemeral_bytes)} GiB"
+    )
 
 
 @dataclass
@@ -119,8 +120,14 @@ class Filtered:
     why: dict[str, int]
 
 
-def engine_classes(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None,
-                   gpu: list[UsableClass], cpu: list[UsableClass]) -> Filtered:  # fmt: skip
+def engine_classes(
+    engine: str,
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    draft: ResolvedModel | None,
+    gpu: list[UsableClass],
+    cpu: list[UsableClass],
+) -> Filtered:
     """The usable classes whose architecture the engine's image has and whose disk holds what the pod downloads."""
     need = pod_disk(engine, model, draft)
     fetch = has_init(engine, model, draft)
@@ -160,6 +167,8 @@ def requests_miss(option: Option, spec: InferenceBackendSpec, init: bool) -> str
     parts = [f"the engine {engine_cpu / 1000:g} CPU / {gib(engine_mem)} GiB"]
     if init:
         parts.append(f"the fetch init container {init_cpu / 1000:g} CPU / {gib(init_mem)} GiB")
-    return (f"the pod requests {pod_cpu / 1000:g} CPU and {gib(pod_mem)} GiB ({', '.join(parts)}; the larger "
-            f"counts, as the scheduler does); the node allocates {hw.cpu_millis / 1000:g} CPU (whole cores) and "
-            f"{gib(hw.memory_bytes)} GiB")  # fmt: skip
+    return (
+        f"the pod requests {pod_cpu / 1000:g} CPU and {gib(pod_mem)} GiB ({', '.join(parts)}; the larger "
+        f"counts, as the scheduler does); the node allocates {hw.cpu_millis / 1000:g} CPU (whole cores) and "
+        f"{gib(hw.memory_bytes)} GiB"
+    )

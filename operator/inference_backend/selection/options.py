@@ -82,13 +82,32 @@ class Option:
         """``busy``: (GPU pool, GPUs per replica) without enough free devices for this spec's replicas."""
         p = self.placement
         if p.gpu is None:
-            return (0, len(self.misses), not self.speculate, self.plan.replicas, -p.hardware.cpu_millis,
-                    -p.hardware.memory_bytes, p.hardware)  # fmt: skip
+            return (
+                0,
+                len(self.misses),
+                not self.speculate,
+                self.plan.replicas,
+                -p.hardware.cpu_millis,
+                -p.hardware.memory_bytes,
+                p.hardware,
+            )
         gpu = p.gpu
         pref = next((i for i, name in enumerate(preferences) if product_matches(name, gpu)), len(preferences))
         full = (pool_of(p.gpu), p.gpus_per_replica) in busy
-        return (pref, len(self.misses), full, not p.gpu.labelled, not self.speculate, self.total_gpus, self.price,
-                p.gpus_per_replica, p.gpu.memory_mib, -p.gpu.speed, p.gpu.product, p.hardware)  # fmt: skip
+        return (
+            pref,
+            len(self.misses),
+            full,
+            not p.gpu.labelled,
+            not self.speculate,
+            self.total_gpus,
+            self.price,
+            p.gpus_per_replica,
+            p.gpu.memory_mib,
+            -p.gpu.speed,
+            p.gpu.product,
+            p.hardware,
+        )
 
 
 def serving_dtype(engine: str, model: ResolvedModel, gpu: GPUFacts | None) -> tuple[str, list[str]]:
@@ -135,8 +154,17 @@ class _Sizing:
     slots: int
 
 
-def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, placement: Placement, fit: Fit,
-            sz: _Sizing, speculate: bool, host: Host, notes: list[str]) -> Option:  # fmt: skip
+def _option(
+    engine: str,
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    placement: Placement,
+    fit: Fit,
+    sz: _Sizing,
+    speculate: bool,
+    host: Host,
+    notes: list[str],
+) -> Option:
     accelerator: Accelerator = "gpu" if placement.gpu is not None else "cpu"
     full = int(fit.kv_cache // max(sz.kv_token * model.context_length, 1.0))
     # slot engines: every slot holds a full context, and requests beyond the slots queue
@@ -145,17 +173,40 @@ def _option(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, place
     # decodes): what the engine keeps running at once; the plan sizes replicas by the full length (``sequences``)
     prompt, output = workload(spec)
     running = sz.slots or int(fit.kv_cache // max(sz.kv_token * (prompt + output / 2), 1.0))
-    replica = Replica(engine, card(engine).profiles[accelerator], fit.weights, sz.kv_token, sz.dtype,
-                      max(running, sequences), sz.slots)  # fmt: skip
+    replica = Replica(
+        engine,
+        card(engine).profiles[accelerator],
+        fit.weights,
+        sz.kv_token,
+        sz.dtype,
+        max(running, sequences),
+        sz.slots,
+    )
     lp = plan_load(spec, sequences, lambda w: estimate(replica, placement, model, w))
     plan = Plan(sz.tokens, sequences, lp.replicas, sz.slots)
     out_notes = list(notes)
     if lp.why:
-        out_notes.append(f"the objectives need {lp.replicas} replicas of {placement.describe()} ({'; '.join(lp.why)})"
-                         f": more replicas rather than wider ones; spec.replicas is {spec.replicas}, set it to "
-                         f"{lp.replicas} to meet them")  # fmt: skip
-    return Option(engine, placement, fit, sz.kv_token, sz.dtype, speculate, lp.estimate, full, plan, host,
-                  lp.misses, lp.why, tuple(out_notes), lp.load)  # fmt: skip
+        out_notes.append(
+            f"the objectives need {lp.replicas} replicas of {placement.describe()} ({'; '.join(lp.why)})"
+            f": more replicas rather than wider ones; spec.replicas is {spec.replicas}, set it to "
+            f"{lp.replicas} to meet them"
+        )
+    return Option(
+        engine,
+        placement,
+        fit,
+        sz.kv_token,
+        sz.dtype,
+        speculate,
+        lp.estimate,
+        full,
+        plan,
+        host,
+        lp.misses,
+        lp.why,
+        tuple(out_notes),
+        lp.load,
+    )
 
 
 def _first_fit(fit: Callable[[float], Fit], weights: float, draft: float | None) -> tuple[bool | None, Fit]:
@@ -185,8 +236,9 @@ def _slots_wanted(spec: InferenceBackendSpec) -> int:
     return spec.batching.max_batch_size or spec.objectives.concurrency or DEFAULT_SLOTS
 
 
-def _fit_slots(fit: Callable[..., Fit], weights: float, draft: float | None, wanted: int
-               ) -> tuple[bool | None, Fit, int]:  # fmt: skip
+def _fit_slots(
+    fit: Callable[..., Fit], weights: float, draft: float | None, wanted: int
+) -> tuple[bool | None, Fit, int]:
     """Engines with fixed slots: the most slots (at most ``wanted``) whose full contexts fit, by halving."""
     slots = wanted
     while True:
@@ -203,15 +255,23 @@ def _sizing(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, dtype
     caps = card(engine)
     tokens, how = tokens_per_sequence(spec, model.context_length)
     slots = _slots_wanted(spec) if caps.slots else 0
-    return _Sizing(model_bytes(model, dtype), kv_per_token(engine, model, dtype, spec.kv_cache.dtype, tp), dtype,
-                   tokens, how, slots)  # fmt: skip
+    return _Sizing(
+        model_bytes(model, dtype),
+        kv_per_token(engine, model, dtype, spec.kv_cache.dtype, tp),
+        dtype,
+        tokens,
+        how,
+        slots,
+    )
 
 
 def _slot_note(wanted: int, slots: int, context: int) -> list[str]:
     if slots >= wanted:
         return []
-    return [f"slots reduced from {wanted} to {slots}: each slot allocates a full {context}-token context up front, "
-            f"and only {slots} fit"]  # fmt: skip
+    return [
+        f"slots reduced from {wanted} to {slots}: each slot allocates a full {context}-token context up front, "
+        f"and only {slots} fit"
+    ]
 
 
 def engine_options(
@@ -232,20 +292,25 @@ def engine_options(
             if gpu.count <= 0:
                 continue
             if gpu.vendor not in caps.devices:
-                msg = (f"{gpu.product} ({gpu.resource}): {caps.title} {caps.version} has no "
-                       f"{VENDOR_TITLES.get(gpu.vendor, gpu.vendor)} build")  # fmt: skip
+                msg = (
+                    f"{gpu.product} ({gpu.resource}): {caps.title} {caps.version} has no "
+                    f"{VENDOR_TITLES.get(gpu.vendor, gpu.vendor)} build"
+                )
                 closest = closest or (math.inf, msg)
                 continue
             if gpu.compute is not None and gpu.compute < caps.min_compute:
-                msg = (f"{gpu.product} has compute {gpu.compute[0]}.{gpu.compute[1]}, {engine} needs "
-                       f"{caps.min_compute[0]}.{caps.min_compute[1]}+")  # fmt: skip
+                msg = (
+                    f"{gpu.product} has compute {gpu.compute[0]}.{gpu.compute[1]}, {engine} needs "
+                    f"{caps.min_compute[0]}.{caps.min_compute[1]}+"
+                )
                 closest = closest or (math.inf, msg)
                 continue
             dtype, _ = serving_dtype(engine, model, gpu)
             if caps.multi_gpu:
                 one = gpu.mig or gpu.shared  # no tensor parallel across MIG slices or shares of one card
-                widths, _why = tensor_parallel_options(gpu.count, one, model.attention_heads, model.kv_heads,
-                                                       caps.layer_split)  # fmt: skip
+                widths, _why = tensor_parallel_options(
+                    gpu.count, one, model.attention_heads, model.kv_heads, caps.layer_split
+                )
             else:
                 widths = [1]
             for tp in widths:
@@ -296,8 +361,19 @@ def engine_options(
                 closest = closest or (math.inf, host.note)
                 continue
             sized = _Sizing(sz.weights, sz.kv_token, sz.dtype, sz.tokens, sz.tokens_how, slots)
-            options.append(_option(engine, spec, model, placement, fit, sized, found, host.host,
-                                   _slot_note(sz.slots, slots, model.context_length)))  # fmt: skip
+            options.append(
+                _option(
+                    engine,
+                    spec,
+                    model,
+                    placement,
+                    fit,
+                    sized,
+                    found,
+                    host.host,
+                    _slot_note(sz.slots, slots, model.context_length),
+                )
+            )
     if options:
         return options, ""
     if closest is not None:

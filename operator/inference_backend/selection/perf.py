@@ -40,8 +40,14 @@ _FLOAT_FORMATS = frozenset({"float32", "float16", "bfloat16", "f32", "f16", "bf1
 _FP8 = frozenset({"fp8"})
 _INT8 = frozenset({"int8"})
 # aiconfigurator system per SKU row (its systems/*.yaml model these parts)
-AIC_SYSTEMS = {"H100-SXM5-80GB": "h100_sxm", "H200-SXM-141GB": "h200_sxm", "A100-SXM4-80GB": "a100_sxm",
-               "B200-180GB": "b200_sxm", "L40S-48GB": "l40s", "RTX-PRO-6000-96GB": "rtx_pro_6000_server"}  # fmt: skip
+AIC_SYSTEMS = {
+    "H100-SXM5-80GB": "h100_sxm",
+    "H200-SXM-141GB": "h200_sxm",
+    "A100-SXM4-80GB": "a100_sxm",
+    "B200-180GB": "b200_sxm",
+    "L40S-48GB": "l40s",
+    "RTX-PRO-6000-96GB": "rtx_pro_6000_server",
+}
 # the table models' shapes (their config.json): parameters, layers, query width, KV heads, head dim
 AIC_MODELS = {
     "meta-llama/Meta-Llama-3.1-8B": (8.03e9, 32, 4096, 8, 128),
@@ -69,8 +75,11 @@ class Placed:
 
 
 def shape_of(model: ResolvedModel, weights: float, kv_token: float) -> Shape:
-    hidden = model.attention_heads * model.head_dim if model.attention_heads else _hidden(model.rated_parameters,
-                                                                                          model.layers)  # fmt: skip
+    hidden = (
+        model.attention_heads * model.head_dim
+        if model.attention_heads
+        else _hidden(model.rated_parameters, model.layers)
+    )
     return Shape(float(model.parameters), float(model.rated_parameters), model.layers, hidden, weights, kv_token)
 
 
@@ -143,8 +152,16 @@ def efficiency(engine: str, vendor: str, version: str = "") -> tuple[Efficiency,
         return own, f"{engine}/{vendor} efficiencies ({own.source})"
     base = perf.efficiency.get("nvidia") or next(iter(perf.efficiency.values()))
     k = VENDOR_DERATE.get(vendor, 0.5)
-    derated = Efficiency(base.prefill * k, base.decode * k, base.step_ms / k, base.seq_us / k, base.request_ms,
-                         f"its NVIDIA factors x {k} (no {vendor} row)", base.layer_us / k, base.burst)  # fmt: skip
+    derated = Efficiency(
+        base.prefill * k,
+        base.decode * k,
+        base.step_ms / k,
+        base.seq_us / k,
+        base.request_ms,
+        f"its NVIDIA factors x {k} (no {vendor} row)",
+        base.layer_us / k,
+        base.burst,
+    )
     return derated, f"{engine}/{vendor} efficiencies ({derated.source})"
 
 
@@ -159,8 +176,17 @@ def batch_cap(engine: str, gpu_memory_bytes: float | None, slots: int) -> tuple[
     return (float(cap) if cap else math.inf), perf.max_sequences_source
 
 
-def place_gpu(engine: str, model: ResolvedModel, placement: Placement, weights: float, kv_token: float,
-              serving_dtype: str, held: int, slots: int, version: str = "") -> Placed:  # fmt: skip
+def place_gpu(
+    engine: str,
+    model: ResolvedModel,
+    placement: Placement,
+    weights: float,
+    kv_token: float,
+    serving_dtype: str,
+    held: int,
+    slots: int,
+    version: str = "",
+) -> Placed:
     """``held``: the sequences the replica's KV cache holds at the workload's length; ``version``: an engine
     release other than the pinned one (calibration rows)."""
     gpu = placement.gpu
@@ -199,9 +225,11 @@ def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction
     if table is not None:
         key, name = table
         r_ttft, r_tpot = _ratio(key, p.efficiency, load.prompt, base.running, p.budget)
-        src = (f"aiconfigurator {perf_tables.AICONFIGURATOR_VERSION} table ({key}, database "
-               f"{perf_tables.TABLES[key]['version']}) over the roofline: TTFT x{r_ttft:.2f}, TPOT x{r_tpot:.2f} at "
-               f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})"))  # fmt: skip
+        src = (
+            f"aiconfigurator {perf_tables.AICONFIGURATOR_VERSION} table ({key}, database "
+            f"{perf_tables.TABLES[key]['version']}) over the roofline: TTFT x{r_ttft:.2f}, TPOT x{r_tpot:.2f} at "
+            f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})")
+        )
     wait = 0.0
     if load.concurrency is not None:
         wait = p.efficiency.burst * max(base.running - 1, 0) / 2 * alone * r_ttft
@@ -216,8 +244,9 @@ def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction
     if base.saturated and load.concurrency is not None:  # c users at the rate X: a request takes c / X
         latency = load.concurrency * load.output / tps * 1000
         queued = max(latency - (load.output - 1) * tpot - ttft, 0.0)
-    return Prediction(ttft + queued, ttft95 + queued, tpot, tps, base.concurrency, base.running, base.saturated,
-                      src, queued)  # fmt: skip
+    return Prediction(
+        ttft + queued, ttft95 + queued, tpot, tps, base.concurrency, base.running, base.saturated, src, queued
+    )
 
 
 def _table(engine: str, sku: str, fmt: str, shape: Shape, tp: int) -> tuple[str, str] | None:
@@ -293,8 +322,17 @@ def cpu_row(profile: Profile, fmt: str) -> tuple[MeasuredRow | None, bool]:
     return min(quantized, key=lambda r: abs(math.log(r.bytes_per_param / want))), False
 
 
-def cpu_placed(engine: str, profile: Profile, model: ResolvedModel, placement: Placement, weights: float,
-               kv_token: float, serving_dtype: str, held: int, slots: int) -> Placed:  # fmt: skip
+def cpu_placed(
+    engine: str,
+    profile: Profile,
+    model: ResolvedModel,
+    placement: Placement,
+    weights: float,
+    kv_token: float,
+    serving_dtype: str,
+    held: int,
+    slots: int,
+) -> Placed:
     """A CPU replica rated from its engine's measured 7B row: prefill FLOP/s from the row's TTFT, the decode
     step's memory time and per-sequence time from its tokens/s at concurrency 1 and 8; all scaled by cores."""
     fmt = compute_format(model, serving_dtype)
@@ -309,18 +347,22 @@ def cpu_placed(engine: str, profile: Profile, model: ResolvedModel, placement: P
         t8 = hi / tps_hi
         row_bytes = row.parameters * row.bytes_per_param
         kind = "measured row" if exact else f"nearest measured quantization (no {fmt} row)"
-        src = (f"{kind} ({row.parameters / 1e9:.1f}B {row.weights}, {row.cores} cores: TTFT {row.ttft_ms / 1000:.1f} s "
-               f"for {row.prompt_tokens} tokens, {row.tokens_per_second_1:.2f} tokens/s at concurrency 1, "
-               f"{row.tokens_per_second_8:.2f} at 8), scaled to {model.rated_parameters / 1e9:.1f}B and {cores:g} "
-               f"cores; {row.provenance}")  # fmt: skip
+        src = (
+            f"{kind} ({row.parameters / 1e9:.1f}B {row.weights}, {row.cores} cores: TTFT {row.ttft_ms / 1000:.1f} s "
+            f"for {row.prompt_tokens} tokens, {row.tokens_per_second_1:.2f} tokens/s at concurrency 1, "
+            f"{row.tokens_per_second_8:.2f} at 8), scaled to {model.rated_parameters / 1e9:.1f}B and {cores:g} "
+            f"cores; {row.provenance}"
+        )
     else:
         params, row_cores = 7e9, profile.reference_cores
         ttft_ms, prompt = profile.ttft_ms, 512
         t8 = 8 / profile.tokens_per_second
         t1 = t8 / 8 * 2.5  # no single-stream figure: the measured 7B rows decode 1.5-3.4x faster per stream at 8
         row_bytes = 7e9 * profile.bytes_per_param
-        src = (f"scaled from the cpu reference profile (7B, {profile.bytes_per_param:g} bytes per parameter; no row "
-               f"measured in this weight format); {profile.provenance.split(';')[0]}")  # fmt: skip
+        src = (
+            f"scaled from the cpu reference profile (7B, {profile.bytes_per_param:g} bytes per parameter; no row "
+            f"measured in this weight format); {profile.provenance.split(';')[0]}"
+        )
     flops = 2 * params * prompt / (ttft_ms / 1000) * cores / row_cores
     c1 = 2 * params / flops * cores / row_cores  # compute of one token on the row's cores
     mem, seq = _split_decode(t1, t8, c1, hi if row is not None else 8)

@@ -99,8 +99,10 @@ def plan_load(spec: InferenceBackendSpec, held: float, evaluate: Callable[[Workl
     if o.concurrency is not None:
         n = math.ceil(o.concurrency / max(held, 1))
         if n > base:
-            why.append(f"concurrency {o.concurrency} / {held:g} requests per replica (what its KV cache holds at "
-                       f"this length) = {n}")  # fmt: skip
+            why.append(
+                f"concurrency {o.concurrency} / {held:g} requests per replica (what its KV cache holds at "
+                f"this length) = {n}"
+            )
         need = max(need, n)
 
     def at(r: int) -> tuple[Estimate, list[str], str]:
@@ -129,8 +131,9 @@ def plan_load(spec: InferenceBackendSpec, held: float, evaluate: Callable[[Workl
     return LoadPlan(hi, est2, (), tuple(why), load2)
 
 
-def _evaluate(spec: InferenceBackendSpec, replicas: int, held: float,
-              evaluate: Callable[[Workload], Estimate]) -> tuple[Estimate, list[str], str]:  # fmt: skip
+def _evaluate(
+    spec: InferenceBackendSpec, replicas: int, held: float, evaluate: Callable[[Workload], Estimate]
+) -> tuple[Estimate, list[str], str]:
     o = spec.objectives
     prompt, output = workload(spec)
     if o.concurrency is not None:
@@ -147,8 +150,9 @@ def _evaluate(spec: InferenceBackendSpec, replicas: int, held: float,
     return est, _misses(spec, replicas, est, load), load
 
 
-def _for_throughput(target: float, prompt: int, output: int, held: float,
-                    evaluate: Callable[[Workload], Estimate]) -> tuple[Workload, str]:  # fmt: skip
+def _for_throughput(
+    target: float, prompt: int, output: int, held: float, evaluate: Callable[[Workload], Estimate]
+) -> tuple[Workload, str]:
     """The lowest concurrency (at most ``held``) at which one replica makes ``target`` output tokens/s."""
     lo, hi = 1.0, max(held, 1.0)
     if evaluate(Workload(prompt, output, concurrency=hi)).tokens_per_second < target:
@@ -175,8 +179,9 @@ def _misses(spec: InferenceBackendSpec, replicas: int, est: Estimate, load: str)
             )
         )
     if o.ttft_millis is not None and est.ttft_p95_ms > o.ttft_millis:
-        out.append((est.ttft_p95_ms / o.ttft_millis, f"TTFT p95 {_ms(est.ttft_p95_ms)} > ttftMillis "
-                                                      f"{o.ttft_millis} at {load}"))  # fmt: skip
+        out.append(
+            (est.ttft_p95_ms / o.ttft_millis, f"TTFT p95 {_ms(est.ttft_p95_ms)} > ttftMillis {o.ttft_millis} at {load}")
+        )
     if o.tpot_millis is not None and est.tpot_ms > o.tpot_millis:
         out.append((est.tpot_ms / o.tpot_millis, f"TPOT {_ms(est.tpot_ms)} > tpotMillis {o.tpot_millis} at {load}"))
     total = replicas * est.tokens_per_second
@@ -242,8 +247,10 @@ def gpu_host(hw: HardwareClass, gpus: int, weights: float, offload_gib: float, p
         )
     note = ""
     if notes:
-        note = (f"host request scaled down to fit the {product} nodes' allocatable ({hw.cpu_millis / 1000:g} CPUs, "
-                f"{gib(hw.memory_bytes)} GiB; {ALLOCATABLE_SHARE:.0%} of it): " + ", ".join(notes))  # fmt: skip
+        note = (
+            f"host request scaled down to fit the {product} nodes' allocatable ({hw.cpu_millis / 1000:g} CPUs, "
+            f"{gib(hw.memory_bytes)} GiB; {ALLOCATABLE_SHARE:.0%} of it): " + ", ".join(notes)
+        )
     return HostPlan(Host(cpu, mem), note)
 
 
@@ -253,8 +260,11 @@ def cpu_host(hw: HardwareClass, need: float, required: float) -> HostPlan:
     node = hw.memory_bytes // GIB * GIB
     floor = (math.ceil(required / GIB) + CPU_HEADROOM_GIB) * GIB
     if floor > node:
-        return HostPlan(None, f"needs {gib(floor)} GiB of memory with {CPU_HEADROOM_GIB} GiB headroom; the node "
-                              f"allocates {gib(hw.memory_bytes)} GiB")  # fmt: skip
+        return HostPlan(
+            None,
+            f"needs {gib(floor)} GiB of memory with {CPU_HEADROOM_GIB} GiB headroom; the node "
+            f"allocates {gib(hw.memory_bytes)} GiB",
+        )
     mem = min((math.ceil(need / GIB) + CPU_HEADROOM_GIB) * GIB, node)
     cpu = max(1000, int(hw.cpu_millis * ALLOCATABLE_SHARE) // 1000 * 1000)
     return HostPlan(Host(cpu, mem), "")

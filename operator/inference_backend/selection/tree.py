@@ -47,12 +47,12 @@ from inference_backend.selection.planning import tokens_per_sequence
 def _describe_model(m: ResolvedModel) -> str:
     q = "" if m.quantization == "none" else f", {m.quantization}"
     active = f" ({m.active_parameters / 1e9:.2f}B active per token)" if m.active_parameters else ""
-    return (f"model: {m.parameters / 1e9:.2f}B parameters{active}, {m.format}, {m.dtype}{q}, "
-            f"context {m.context_length}")  # fmt: skip
+    return f"model: {m.parameters / 1e9:.2f}B parameters{active}, {m.format}, {m.dtype}{q}, context {m.context_length}"
 
 
-def _draft(spec: InferenceBackendSpec, model: ResolvedModel, registry: Mapping[str, ModelSpec]
-           ) -> tuple[ResolvedModel | None, str]:  # fmt: skip
+def _draft(
+    spec: InferenceBackendSpec, model: ResolvedModel, registry: Mapping[str, ModelSpec]
+) -> tuple[ResolvedModel | None, str]:
     """The draft model when method is draft and it is compatible with the target; else None and why."""
     sd = spec.speculative_decoding
     if sd is None or sd.method != "draft" or sd.draft_model_ref is None:
@@ -76,8 +76,10 @@ def _lacks(caps: EngineCard, spec: InferenceBackendSpec, draft: ResolvedModel | 
     lacks: list[str] = []
     strategy = spec.batching.strategy
     if strategy != "auto" and strategy not in caps.batching and not _subsumed(strategy, caps):
-        lacks.append(f"batching.strategy {strategy}: {caps.name} has no {strategy} batching; "
-                     f"{caps.batching[0]} batching used instead")  # fmt: skip
+        lacks.append(
+            f"batching.strategy {strategy}: {caps.name} has no {strategy} batching; "
+            f"{caps.batching[0]} batching used instead"
+        )
     sd = spec.speculative_decoding
     if sd is not None and sd.method not in caps.speculative:
         lacks.append(f"speculativeDecoding.method {sd.method}: {caps.name} has no {sd.method} speculation; off")
@@ -121,14 +123,19 @@ def select(
         elif model.quantization not in caps.quantizations:
             rejected[engine] = f"quantization {model.quantization} is not one it runs"
         elif spec.autoscaling is not None and spec.autoscaling.metric not in caps.autoscaling.signals:
-            rejected[engine] = (f"it exposes no {spec.autoscaling.metric} metric to autoscale on "
-                                f"(spec.autoscaling.metric; {caps.autoscaling.lacks})")  # fmt: skip
+            rejected[engine] = (
+                f"it exposes no {spec.autoscaling.metric} metric to autoscale on "
+                f"(spec.autoscaling.metric; {caps.autoscaling.lacks})"
+            )
         elif spec.autoscaling is not None and spec.autoscaling.min_replicas == 0 and not caps.autoscaling.scale_to_zero:
-            rejected[engine] = (f"it may not scale to zero (spec.autoscaling.minReplicas 0): its cold start takes "
-                                f"{caps.autoscaling.cold_start}")  # fmt: skip
+            rejected[engine] = (
+                f"it may not scale to zero (spec.autoscaling.minReplicas 0): its cold start takes "
+                f"{caps.autoscaling.cold_start}"
+            )
     candidates = [e for e in ENGINES if e not in rejected]
-    reasons.append(f"format {model.format}, quantization {model.quantization}: candidates "
-                   f"{', '.join(candidates) or 'none'}")  # fmt: skip
+    reasons.append(
+        f"format {model.format}, quantization {model.quantization}: candidates {', '.join(candidates) or 'none'}"
+    )
 
     def refuse(why: str) -> Decision:
         return Decision(None, tuple([*reasons, why]), tuple(rejected.items()), model=model)
@@ -156,8 +163,10 @@ def select(
         cpu_classes = on_gpu_nodes
         reasons.append("no CPU-only node: CPU placements considered on GPU nodes (hardware.accelerator: cpu)")
     elif not cpu_only and on_gpu_nodes and accel == "auto":
-        reasons.append("no CPU-only node: CPU placements are not considered on GPU nodes (they would hold GPUs "
-                       "idle; hardware.accelerator: cpu allows it)")  # fmt: skip
+        reasons.append(
+            "no CPU-only node: CPU placements are not considered on GPU nodes (they would hold GPUs "
+            "idle; hardware.accelerator: cpu allows it)"
+        )
 
     draft, draft_why = _draft(spec, model, registry)
     if draft_why:
@@ -193,8 +202,10 @@ def select(
             if engine not in across:
                 rejected[engine] = "runs only on CPU here, and the model belongs on GPUs across nodes"
         all_options = across
-        reasons.append(f"larger than any one usable node: one replica spans several nodes ({layout.describe()} "
-                       "at the fewest); placed as a LeaderWorkerSet, never on CPU")  # fmt: skip
+        reasons.append(
+            f"larger than any one usable node: one replica spans several nodes ({layout.describe()} "
+            "at the fewest); placed as a LeaderWorkerSet, never on CPU"
+        )
     if accel == "auto" and gpu_fits:
         for engine, opts in list(all_options.items()):
             gpu_opts = [o for o in opts if o.placement.gpu is not None]
@@ -219,8 +230,10 @@ def select(
     order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), _cost(best[e]), ENGINES.index(e)))
     if kept is not None:
         if (kept.engine, kept.placement) != (order[0], best[order[0]].placement):  # else the fresh pick agrees
-            reasons.append(f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is "
-                           "still valid, and adding nodes does not move a healthy backend")  # fmt: skip
+            reasons.append(
+                f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is "
+                "still valid, and adding nodes does not move a healthy backend"
+            )
         best[kept.engine] = kept
         order = [kept.engine, *(e for e in order if e != kept.engine)]
     elif keep is not None:
@@ -229,15 +242,19 @@ def select(
     choice = best[winner]
     for engine in order[1:]:
         rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
-    reasons.append(f"ranked by (objectives missed, features lacking, GPUs or replicas the objectives need, registry "
-                   f"order): {', '.join(order)}")  # fmt: skip
+    reasons.append(
+        f"ranked by (objectives missed, features lacking, GPUs or replicas the objectives need, registry "
+        f"order): {', '.join(order)}"
+    )
     gpu = best[winner].placement.gpu
     if kept is None and gpu is not None and (pool_of(gpu), best[winner].placement.gpus_per_replica) in busy:
         classes = [(u.hardware, u.nodes) for u in gpu_classes]
         used = reserved(pool_of(gpu), gpus_in_use or {}, classes)
         where = ", ".join(f"{k}={v}" for k, v in pool_of(gpu)[1]) or "any node"
-        reasons.append(f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) on the nodes it selects "
-                       f"({where}; {used} held by other InferenceBackends): pods wait until some free up")  # fmt: skip
+        reasons.append(
+            f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) on the nodes it selects "
+            f"({where}; {used} held by other InferenceBackends): pods wait until some free up"
+        )
     off_gpus: tuple[Expression, ...] = ()
     if choice.placement.gpu is None and not choice.placement.hardware.has_gpu:
         off_gpus, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
@@ -250,13 +267,29 @@ def select(
     chosen = choice.placement
     if chosen.multi_node and chosen.gpu is not None:
         per_node = spec.kv_cache.memory_fraction * chosen.gpu.memory_mib * MIB * chosen.gpus_per_node
-        done = replace(done, multi_node=MultiNode(winner, chosen.gpu, chosen.gpus_per_node, chosen.pipeline_parallel,
-                                                  choice.fit.required, per_node, chosen.nodes))  # fmt: skip
+        done = replace(
+            done,
+            multi_node=MultiNode(
+                winner,
+                chosen.gpu,
+                chosen.gpus_per_node,
+                chosen.pipeline_parallel,
+                choice.fit.required,
+                per_node,
+                chosen.nodes,
+            ),
+        )
     return replace(done, avoided=left_out) if left_out is not None else done
 
 
-def _engine_options(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None,
-                    gpu: list[UsableClass], cpu: list[UsableClass]) -> tuple[list[Option], str, str]:  # fmt: skip
+def _engine_options(
+    engine: str,
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    draft: ResolvedModel | None,
+    gpu: list[UsableClass],
+    cpu: list[UsableClass],
+) -> tuple[list[Option], str, str]:
     """The engine's placements on the nodes its image runs on and whose disk holds what it downloads, less those
     whose node cannot hold the pod's requests (selection/nodefit.py); why none, when none; and, when a GPU node
     would hold it but for its disk, that disk shortfall."""
@@ -286,10 +319,12 @@ def _engine_options(engine: str, spec: InferenceBackendSpec, model: ResolvedMode
 
 def _disk_refusal(disk_only: dict[str, str]) -> str:
     engines = "; ".join(f"{e}: {why}" for e, why in disk_only.items())
-    return (f"the GPU nodes that hold the model cannot hold its weights on their disk ({engines}): set "
-            "spec.model.cache (pvc: an existing claim; storageClass: the operator creates a claim sized for the "
-            "weights) so the weights go to a volume instead of the node's ephemeral storage, or give the nodes "
-            "larger disks; not placed on CPU")  # fmt: skip
+    return (
+        f"the GPU nodes that hold the model cannot hold its weights on their disk ({engines}): set "
+        "spec.model.cache (pvc: an existing claim; storageClass: the operator creates a claim sized for the "
+        "weights) so the weights go to a volume instead of the node's ephemeral storage, or give the nodes "
+        "larger disks; not placed on CPU"
+    )
 
 
 def _pin_arch(done: Decision, choice: Option, pool: list[UsableClass]) -> Decision:
@@ -298,8 +333,12 @@ def _pin_arch(done: Decision, choice: Option, pool: list[UsableClass]) -> Decisi
     p = choice.placement
     hw = p.hardware
     mine = pool_of(p.gpu) if p.gpu is not None else None
-    landing = [u for u in pool if not (u.arch_tainted and u.hardware.arch != hw.arch)
-               and (mine is None or any(g.count > 0 and pool_of(g) == mine for g in u.hardware.gpus))]  # fmt: skip
+    landing = [
+        u
+        for u in pool
+        if not (u.arch_tainted and u.hardware.arch != hw.arch)
+        and (mine is None or any(g.count > 0 and pool_of(g) == mine for g in u.hardware.gpus))
+    ]
     archs = sorted({u.hardware.arch for u in landing} | {hw.arch})
     tainted = any(u.arch_tainted and u.hardware == hw for u in pool)
     if len(archs) == 1 and not tainted:
@@ -331,8 +370,10 @@ def _narrower_miss(options: list[Option], choice: Option) -> str:
     if not narrower:
         return ""
     o = max(narrower, key=lambda o: o.placement.gpus_per_replica)
-    return (f"{o.misses[0]} on {o.placement.gpus_per_replica}x {p.gpu.product} ({o.plan.replicas} replica(s)); "
-            f"{p.gpus_per_replica}x {p.gpu.product} (TP{p.tensor_parallel_size}) meets it")  # fmt: skip
+    return (
+        f"{o.misses[0]} on {o.placement.gpus_per_replica}x {p.gpu.product} ({o.plan.replicas} replica(s)); "
+        f"{p.gpus_per_replica}x {p.gpu.product} (TP{p.tensor_parallel_size}) meets it"
+    )
 
 
 def _cost(o: Option) -> int:
@@ -340,9 +381,14 @@ def _cost(o: Option) -> int:
     return o.total_gpus if o.placement.gpu is not None else o.plan.replicas
 
 
-def _across_nodes(spec: InferenceBackendSpec, model: ResolvedModel, candidates: list[str],
-                  gpu_classes: list[UsableClass], rejected: dict[str, str], disk: dict[str, str]
-                  ) -> dict[str, list[Option]]:  # fmt: skip
+def _across_nodes(
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    candidates: list[str],
+    gpu_classes: list[UsableClass],
+    rejected: dict[str, str],
+    disk: dict[str, str],
+) -> dict[str, list[Option]]:
     """Multi-node options per candidate engine (selection/multinode.py); why not for the others (``disk``: the
     engines whose nodes would hold a replica across them but for their disk)."""
     out: dict[str, list[Option]] = {}
@@ -365,16 +411,24 @@ def _across_nodes(spec: InferenceBackendSpec, model: ResolvedModel, candidates: 
     return out
 
 
-def _too_big(layout: MultiNode, spec: InferenceBackendSpec, model: ResolvedModel, reasons: list[str],
-             rejected: dict[str, str], all_options: dict[str, list[Option]]) -> Decision:  # fmt: skip
+def _too_big(
+    layout: MultiNode,
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    reasons: list[str],
+    rejected: dict[str, str],
+    all_options: dict[str, list[Option]],
+) -> Decision:
     """A model larger than any one usable GPU node and no multi-node placement the cluster has the nodes for:
     unsatisfiable, with the layout it needs ("needs N nodes of X"); never CPU."""
     caps = card(layout.engine)
     have = f"{layout.available_nodes} such node(s) usable"
-    why = (f"larger than any one node: one replica needs {gib(layout.required)} GiB; one node of "
-           f"{layout.gpus_per_node}x {layout.gpu.product} offers {gib(layout.per_node)} GiB at memoryFraction "
-           f"{spec.kv_cache.memory_fraction}: it {needs(layout, spec.replicas)} ({layout.describe()}, "
-           f"{layout.nodes * layout.gpus_per_node} GPUs per replica; {have})")  # fmt: skip
+    why = (
+        f"larger than any one node: one replica needs {gib(layout.required)} GiB; one node of "
+        f"{layout.gpus_per_node}x {layout.gpu.product} offers {gib(layout.per_node)} GiB at memoryFraction "
+        f"{spec.kv_cache.memory_fraction}: it {needs(layout, spec.replicas)} ({layout.describe()}, "
+        f"{layout.nodes * layout.gpus_per_node} GPUs per replica; {have})"
+    )
     multi = (
         f"{caps.title} {caps.version} runs across nodes (LeaderWorkerSet), and the cluster lacks the nodes"
         if caps.multi_node
@@ -397,14 +451,17 @@ def _unserved_devices(gpu_classes: list[UsableClass], candidates: list[str]) -> 
     for vendor, products in sorted(by_vendor.items()):
         if not any(vendor in card(e).devices for e in candidates):
             title = VENDOR_TITLES.get(vendor, vendor)
-            out.append(f"{', '.join(sorted(products))}: no candidate engine runs on {title} "
-                       f"({', '.join(candidates)}: no {vendor} build in the pinned release); these accelerators are "
-                       "not used")  # fmt: skip
+            out.append(
+                f"{', '.join(sorted(products))}: no candidate engine runs on {title} "
+                f"({', '.join(candidates)}: no {vendor} build in the pinned release); these accelerators are "
+                "not used"
+            )
     return out
 
 
-def _busy_pools(gpu_classes: list[UsableClass], in_use: Mapping[Pool, int], options: dict[str, list[Option]],
-                replicas: int) -> frozenset[tuple[Pool, int]]:  # fmt: skip
+def _busy_pools(
+    gpu_classes: list[UsableClass], in_use: Mapping[Pool, int], options: dict[str, list[Option]], replicas: int
+) -> frozenset[tuple[Pool, int]]:
     """(GPU pool, width) pairs whose free devices (allocatable on the nodes the pool selects, minus what other
     backends hold in overlapping pools) cannot hold this spec (facts/pools.py)."""
     classes = [(u.hardware, u.nodes) for u in gpu_classes]
@@ -428,8 +485,9 @@ def _in_pool(option: Option, current: Current) -> bool:
     return current.gpu_selector is None or p.gpu is None or tuple(sorted(pod_selector(p.gpu))) == current.gpu_selector
 
 
-def _avoiding(avoid: Current, why: str, options: dict[str, list[Option]], rejected: dict[str, str],
-              reasons: list[str]) -> dict[str, list[Option]]:  # fmt: skip
+def _avoiding(
+    avoid: Current, why: str, options: dict[str, list[Option]], rejected: dict[str, str], reasons: list[str]
+) -> dict[str, list[Option]]:
     left = {e: kept for e, opts in options.items() if (kept := [o for o in opts if not _in_pool(o, avoid)])}
     if not left:
         reasons.append(f"{why}; no other placement fits, so it stays there")
@@ -461,15 +519,25 @@ def _ranked_below(winner: str, w: Option, w_lacks: list[str], o: Option, o_lacks
         return f"ranked below {winner}: lacks {'; '.join(o_lacks)}"
     if _cost(o) > _cost(w):
         unit = "GPUs" if o.placement.gpu is not None else "replicas"
-        return (f"ranked below {winner}: the load objectives need {_cost(o)} {unit} on it "
-                f"({o.plan.replicas} replica(s) of {o.placement.describe()}: {'; '.join(o.load)}), {_cost(w)} on "
-                f"{winner}")  # fmt: skip
+        return (
+            f"ranked below {winner}: the load objectives need {_cost(o)} {unit} on it "
+            f"({o.plan.replicas} replica(s) of {o.placement.describe()}: {'; '.join(o.load)}), {_cost(w)} on "
+            f"{winner}"
+        )
     return f"ranked below {winner}: registry order (equal on objectives and features)"
 
 
-def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None, draft_why: str,
-            choice: Option, lacks: list[str], reasons: list[str], rejected: dict[str, str],
-            avoid: tuple[Expression, ...] = ()) -> Decision:  # fmt: skip
+def _finish(
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    draft: ResolvedModel | None,
+    draft_why: str,
+    choice: Option,
+    lacks: list[str],
+    reasons: list[str],
+    rejected: dict[str, str],
+    avoid: tuple[Expression, ...] = (),
+) -> Decision:
     engine = choice.engine
     caps = card(engine)
     p = choice.placement
@@ -478,8 +546,11 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
     reasons.extend(dtype_notes)
     fit = choice.fit
     plan = choice.plan
-    ctx = (f"{plan.slots} slot(s) x {model.context_length}-token context" if plan.slots
-           else f"one {model.context_length}-token sequence")  # fmt: skip
+    ctx = (
+        f"{plan.slots} slot(s) x {model.context_length}-token context"
+        if plan.slots
+        else f"one {model.context_length}-token sequence"
+    )
     reasons.append(
         f"memory per replica: weights {gib(fit.weights)} GiB + overhead {gib(fit.overhead)} GiB + "
         f"{ctx} {gib(fit.min_kv)} GiB = {gib(fit.required)} GiB "
@@ -487,12 +558,16 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
         f"({choice.kv_per_token / 1024:.0f} KiB/token, {choice.kv_sequences} full-context sequences)"
     )
     _, how = tokens_per_sequence(spec, model.context_length)
-    held = (f"{plan.slots} slots, each holding a full context" if plan.slots else
-            f"{plan.sequences} requests of {plan.tokens_per_sequence} tokens ({how}; KV pages are allocated on "
-            "demand)")  # fmt: skip
-    reasons.append(f"plan: {p.gpus_per_replica or 'no'} GPU(s) per replica, the fewest that fit and meet the "
-                   f"per-replica objectives; one replica holds {held}; {plan.replicas} replica(s) for the load "
-                   "objectives (more replicas rather than wider ones)")  # fmt: skip
+    held = (
+        f"{plan.slots} slots, each holding a full context"
+        if plan.slots
+        else f"{plan.sequences} requests of {plan.tokens_per_sequence} tokens ({how}; KV pages are allocated on demand)"
+    )
+    reasons.append(
+        f"plan: {p.gpus_per_replica or 'no'} GPU(s) per replica, the fewest that fit and meet the "
+        f"per-replica objectives; one replica holds {held}; {plan.replicas} replica(s) for the load "
+        "objectives (more replicas rather than wider ones)"
+    )
     reasons.extend(choice.notes)
     e = choice.estimate
     reasons.append(
@@ -509,8 +584,10 @@ def _finish(spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedMod
         resolved = caps.auto_batching.get("gpu" if p.gpu is not None else "cpu", resolved)
     unsupported = list(lacks)
     if strategy != resolved and strategy != "auto" and _subsumed(strategy, caps):
-        mapped = (f"batching.strategy {strategy}: mapped to {caps.name}'s continuous batching, which admits "
-                  "waiting requests at every step (it subsumes dynamic and static batching)")  # fmt: skip
+        mapped = (
+            f"batching.strategy {strategy}: mapped to {caps.name}'s continuous batching, which admits "
+            "waiting requests at every step (it subsumes dynamic and static batching)"
+        )
         reasons.append(f"batching: continuous ({strategy} requested: {mapped.split(': ', 1)[1]})")
         unsupported.append(mapped)
     else:
@@ -564,8 +641,9 @@ def _estimate_json(choice: Option) -> dict[str, float | str]:
     }
 
 
-def _speculation(spec: InferenceBackendSpec, draft: ResolvedModel | None, draft_why: str, choice: Option,
-                 caps: EngineCard) -> Speculation:  # fmt: skip
+def _speculation(
+    spec: InferenceBackendSpec, draft: ResolvedModel | None, draft_why: str, choice: Option, caps: EngineCard
+) -> Speculation:
     sd = spec.speculative_decoding
     if sd is None:
         return Speculation(False, "not requested")
@@ -579,5 +657,6 @@ def _speculation(spec: InferenceBackendSpec, draft: ResolvedModel | None, draft_
         return Speculation(False, f"draft format {draft.format} is not one {caps.name} loads")
     if not choice.speculate:
         return Speculation(False, "the draft model does not fit beside the target")
-    return Speculation(True, f"draft {draft.model_ref} shares the target's tokenizer", "draft",
-                       sd.num_speculative_tokens, draft)  # fmt: skip
+    return Speculation(
+        True, f"draft {draft.model_ref} shares the target's tokenizer", "draft", sd.num_speculative_tokens, draft
+    )

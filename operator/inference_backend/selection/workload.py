@@ -111,8 +111,9 @@ def comm_s(shape: Shape, dev: Device, tokens: float) -> float:
     return 2 * shape.layers * (dev.link_latency_s + 2 * (dev.n - 1) / dev.n * size / dev.link)
 
 
-def step_s(shape: Shape, dev: Device, eff: Efficiency, decoding: float, prefill: float, context: float,
-           prompt: float) -> float:  # fmt: skip
+def step_s(
+    shape: Shape, dev: Device, eff: Efficiency, decoding: float, prefill: float, context: float, prompt: float
+) -> float:
     """One engine step: ``decoding`` sequences at mean ``context`` plus ``prefill`` prompt tokens of ``prompt``."""
     tokens = decoding + prefill
     mem = (weights_read(shape, tokens) + decoding * context * shape.kv_bytes_token) / (
@@ -141,8 +142,9 @@ class _State:
     """Requests per second completed."""
 
 
-def _state(shape: Shape, dev: Device, eff: Efficiency, running: float, prompt: int, output: int,
-           arrivals: float | None = None) -> _State:  # fmt: skip
+def _state(
+    shape: Shape, dev: Device, eff: Efficiency, running: float, prompt: int, output: int, arrivals: float | None = None
+) -> _State:
     b = max(running, 1e-9)
     others = max(b - 1, 0.0)
     ctx = prompt + output / 2
@@ -166,8 +168,9 @@ def _state(shape: Shape, dev: Device, eff: Efficiency, running: float, prompt: i
     return _State(step, own, prefill, ttft, ttft95, rate)
 
 
-def predict(shape: Shape, dev: Device, eff: Efficiency, load: Workload, batch_cap: float, source: str,
-            budget: float = math.inf) -> Prediction:  # fmt: skip
+def predict(
+    shape: Shape, dev: Device, eff: Efficiency, load: Workload, batch_cap: float, source: str, budget: float = math.inf
+) -> Prediction:
     """TTFT (p50, p95), TPOT and output tokens/s of one replica at ``load``; ``batch_cap``: most sequences it runs;
     ``budget``: most tokens one step carries (decoding sequences + prompt tokens: vLLM's max_num_batched_tokens),
     which bounds the sequences in flight to ``budget x O / (P + O)`` (each needs P / O prompt tokens per step)."""
@@ -186,8 +189,9 @@ def predict(shape: Shape, dev: Device, eff: Efficiency, load: Workload, batch_ca
         queued = max(latency - (output - 1) * s.step - s.ttft, 0.0)
         ttft, ttft95 = s.ttft + queued, s.ttft95 + queued
     tps = running * output / (s.ttft + (output - 1) * s.step)
-    return Prediction(ttft * 1000, max(ttft95, ttft) * 1000, s.step * 1000, tps, c, running, saturated, source,
-                      queued * 1000)  # fmt: skip
+    return Prediction(
+        ttft * 1000, max(ttft95, ttft) * 1000, s.step * 1000, tps, c, running, saturated, source, queued * 1000
+    )
 
 
 def _open_loop(shape: Shape, dev: Device, eff: Efficiency, load: Workload, cap: float, source: str) -> Prediction:
@@ -197,8 +201,7 @@ def _open_loop(shape: Shape, dev: Device, eff: Efficiency, load: Workload, cap: 
     full = _state(shape, dev, eff, cap, prompt, output)
     if rate >= full.rate:
         p = predict(shape, dev, eff, replace(load, concurrency=cap, rate=None), cap, source)
-        return replace(p, ttft_ms=math.inf, ttft_p95_ms=math.inf, saturated=True,
-                       tokens_per_second=full.rate * output)  # fmt: skip
+        return replace(p, ttft_ms=math.inf, ttft_p95_ms=math.inf, saturated=True, tokens_per_second=full.rate * output)
     lo, hi = 1e-6, cap
     for _ in range(60):  # the running count at which completions match arrivals
         mid = (lo + hi) / 2

@@ -41,8 +41,9 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "structured_outputs": _none_or(),
 }
 # No effect on the tokens: accepted and ignored (OpenAI bookkeeping; tool-call options without tools).
-IGNORED = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls", "safety_identifier",
-                     "prompt_cache_key"})  # fmt: skip
+IGNORED = frozenset(
+    {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "safety_identifier", "prompt_cache_key"}
+)
 
 
 def check(extra: dict[str, Any] | None) -> None:

@@ -32,9 +32,15 @@ ERROR = {
         }
     },
 }
-POST_ERRORS = {"400": "invalid request", "404": "unknown model", "413": "body too large", "429": "queue full",
-               "500": "the request failed in the engine", "503": "not loaded or engine stopped",
-               "504": "deadline passed"}  # fmt: skip
+POST_ERRORS = {
+    "400": "invalid request",
+    "404": "unknown model",
+    "413": "body too large",
+    "429": "queue full",
+    "500": "the request failed in the engine",
+    "503": "not loaded or engine stopped",
+    "504": "deadline passed",
+}
 
 
 def _error_response(what: str) -> dict[str, Any]:
@@ -72,14 +78,22 @@ def install(app: FastAPI) -> None:
             op = doc["paths"][path]["post"]
             ref = {"$ref": REF.format(model=model.__name__)}
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref}}}
-            op["responses"] = {"200": {"description": "the completion (JSON, or text/event-stream with stream)",
-                                       "content": {"application/json": {"schema": {"type": "object"}},
-                                                   "text/event-stream": {"schema": {"type": "string"}}}},
-                               **{code: _error_response(what) for code, what in POST_ERRORS.items()}}  # fmt: skip
+            op["responses"] = {
+                "200": {
+                    "description": "the completion (JSON, or text/event-stream with stream)",
+                    "content": {
+                        "application/json": {"schema": {"type": "object"}},
+                        "text/event-stream": {"schema": {"type": "string"}},
+                    },
+                },
+                **{code: _error_response(what) for code, what in POST_ERRORS.items()},
+            }
         doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
         health = doc["paths"]["/health"]["get"]["responses"]
-        health["503"] = {"description": "loading, failed or unhealthy",
-                         "content": {"application/json": {"schema": {"type": "object"}}}}  # fmt: skip
+        health["503"] = {
+            "description": "loading, failed or unhealthy",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
         app.openapi_schema = doc
         return doc
 

@@ -33,8 +33,17 @@ __all__ = ["Loaded", "State", "build_app", "serve", "served_name", "start_schedu
 log = logging.getLogger(__name__)
 
 
-def start_scheduler(backend: Any, args: Any, tokenizer: Any, *, kv_budget: int, max_model_len: int,
-                    eos_token_ids: set[int], metrics: Metrics, vocab_size: int = 0) -> Loaded:  # fmt: skip
+def start_scheduler(
+    backend: Any,
+    args: Any,
+    tokenizer: Any,
+    *,
+    kv_budget: int,
+    max_model_len: int,
+    eos_token_ids: set[int],
+    metrics: Metrics,
+    vocab_size: int = 0,
+) -> Loaded:
     """The scheduler both runners put in front of their backend, configured from the shared flags, started."""
     if args.chat_template:
         tokenizer.chat_template = Path(args.chat_template).read_text()
@@ -83,8 +92,9 @@ def build_app(state: State) -> FastAPI:
         if exc.status_code == 404:
             err = errors.APIError(404, f"Invalid URL ({where})", "invalid_request_error", None, "not_found")
         elif exc.status_code == 405:
-            err = errors.APIError(405, f"Method not allowed ({where})", "invalid_request_error", None,
-                                  "method_not_allowed")  # fmt: skip
+            err = errors.APIError(
+                405, f"Method not allowed ({where})", "invalid_request_error", None, "method_not_allowed"
+            )
         else:
             err = errors.APIError(exc.status_code, str(exc.detail), "invalid_request_error", None, None)
         return JSONResponse(err.body(), status_code=err.status, headers=getattr(exc, "headers", None))

@@ -65,8 +65,10 @@ def load_genai(args: Any, metrics: Metrics) -> Loaded:
     device = "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"
     runtime = pick_runtime(args.genai_runtime, device, model_dir / decoder["filename"], config)
     if args.enable_prefix_caching and runtime == "genai":
-        log.warning("--enable-prefix-caching: not available when genai's Generator runs the model (it cannot "
-                    "share KV across requests); serving without it")  # fmt: skip
+        log.warning(
+            "--enable-prefix-caching: not available when genai's Generator runs the model (it cannot "
+            "share KV across requests); serving without it"
+        )
     cfg = og.Config(str(model_dir))
     cfg.clear_providers()  # genai's CPU is "no provider"; the model's own list may name CUDA
     if device == "cuda":
@@ -82,8 +84,9 @@ def load_genai(args: Any, metrics: Metrics) -> Loaded:
 
     context = int(config["model"].get("context_length") or config["search"].get("max_length") or 2048)
     heads = int(decoder.get("num_key_value_heads") or decoder["num_attention_heads"])
-    per_token = kv_bytes_per_token(int(decoder["num_hidden_layers"]), heads, int(decoder["head_size"]),
-                                   _ELEM_SIZES[dtype])  # fmt: skip
+    per_token = kv_bytes_per_token(
+        int(decoder["num_hidden_layers"]), heads, int(decoder["head_size"]), _ELEM_SIZES[dtype]
+    )
     weights = sum(f.stat().st_size for f in model_dir.iterdir() if f.suffix in (".onnx", ".data"))
     budget = kv_budget_tokens(device_memory(providers[0]), args.kv_cache_memory_fraction, weights, per_token)
     backend: GqaBackend | GenaiBackend
@@ -98,9 +101,24 @@ def load_genai(args: Any, metrics: Metrics) -> Loaded:
     else:
         backend = GenaiBackend(og.Model(cfg), config, context, device)
     max_len = min(args.max_model_len or context, context, budget)
-    log.info("onnxruntime-genai model (%s, %s, run by %s): KV budget %d tokens (%d bytes/token); max model len %d",
-             dtype, device, RUNTIMES[runtime], budget, per_token, max_len)  # fmt: skip
+    log.info(
+        "onnxruntime-genai model (%s, %s, run by %s): KV budget %d tokens (%d bytes/token); max model len %d",
+        dtype,
+        device,
+        RUNTIMES[runtime],
+        budget,
+        per_token,
+        max_len,
+    )
     eos = eos_token_ids(model_dir, tokenizer, config["model"].get("eos_token_id"))
     vocab = int(config["model"]["vocab_size"])
-    return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos,
-                           metrics=metrics, vocab_size=vocab)  # fmt: skip
+    return start_scheduler(
+        backend,
+        args,
+        tokenizer,
+        kv_budget=budget,
+        max_model_len=max_len,
+        eos_token_ids=eos,
+        metrics=metrics,
+        vocab_size=vocab,
+    )

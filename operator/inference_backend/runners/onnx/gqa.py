@@ -39,8 +39,12 @@ from inference_backend.runners.common.scheduler import Sequence
 from inference_backend.runners.onnx.backend import NumpySampler
 
 log = logging.getLogger(__name__)
-_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-          "tensor(int32)": np.int32}  # fmt: skip
+_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+}
 ROWS_STEP = 8  # buffer rows grow in steps of this many
 LENGTH_STEP = 32  # buffer capacity grows in steps of this many positions (a longer buffer slows attention)
 # onnxruntime: where a model loaded from bytes finds its external data (onnxruntime_session_options_config_keys.h)
@@ -176,8 +180,9 @@ class GqaBackend:
         joined = [seqs[r] for r in order]
         if self.prefix_cache is not None:
             for k, s in enumerate(joined):
-                self.prefix_cache.store(s.tokens, [buf[base + k : base + k + 1, :, : len(s.tokens)].copy()
-                                                   for buf in self.kv])  # fmt: skip
+                self.prefix_cache.store(
+                    s.tokens, [buf[base + k : base + k + 1, :, : len(s.tokens)].copy() for buf in self.kv]
+                )
         self.rows.extend(joined)
         for s in seqs:
             s.slot = NumpySampler(s.req.params)
@@ -225,8 +230,10 @@ class GqaBackend:
         mask = (np.arange(int(lengths.max())) < lengths[:, None]).astype(np.int64)
         logits = self._step(ids, mask)
         greedy = logits.argmax(axis=-1)
-        out = {id(s): [int(greedy[r])] if s.req.params.plain_greedy else s.pick(s.slot, logits[r])
-               for r, s in enumerate(self.rows)}  # fmt: skip
+        out = {
+            id(s): [int(greedy[r])] if s.req.params.plain_greedy else s.pick(s.slot, logits[r])
+            for r, s in enumerate(self.rows)
+        }
         return [out[id(s)] for s in seqs]
 
     def release(self, seqs: list[Sequence]) -> None:

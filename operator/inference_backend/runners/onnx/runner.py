@@ -40,8 +40,12 @@ def pick_providers(requested: str) -> list[str]:
 def eos_token_ids(model_dir: Path, tokenizer: Any, extra: list[int] | int | None = None) -> set[int]:
     """The ids that end a generation: generation_config.json's, the tokenizer's, and `extra` (genai_config's)."""
     ids: set[int] = set()
-    for eos in (GenerationConfig.from_pretrained(model_dir).eos_token_id
-                if (model_dir / "generation_config.json").exists() else None, extra):  # fmt: skip
+    for eos in (
+        GenerationConfig.from_pretrained(model_dir).eos_token_id
+        if (model_dir / "generation_config.json").exists()
+        else None,
+        extra,
+    ):
         ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
@@ -96,5 +100,13 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     eos_ids = eos_token_ids(model_dir, tokenizer)
     backend = OnnxBackend(session, meta["num_layers"], meta["kv_heads"], meta["head_dim"], kv_dtype, prefix)
     vocab = int(config.get_text_config().vocab_size)
-    return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos_ids,
-                           metrics=metrics, vocab_size=vocab)  # fmt: skip
+    return start_scheduler(
+        backend,
+        args,
+        tokenizer,
+        kv_budget=budget,
+        max_model_len=max_len,
+        eos_token_ids=eos_ids,
+        metrics=metrics,
+        vocab_size=vocab,
+    )

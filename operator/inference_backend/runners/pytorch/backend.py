@@ -165,8 +165,9 @@ class TorchBackend:
         for tokens, start in zip(prompts, starts, strict=True):
             offsets.append(offsets[-1] + len(tokens) - start)
         ids = torch.tensor([[t for p, s in zip(prompts, starts, strict=True) for t in p[s:]]], device=self.device)
-        pos = torch.tensor([[i for p, s in zip(prompts, starts, strict=True) for i in range(s, len(p))]],
-                           device=self.device)  # fmt: skip
+        pos = torch.tensor(
+            [[i for p, s in zip(prompts, starts, strict=True) for i in range(s, len(p))]], device=self.device
+        )
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             outs = []

@@ -90,8 +90,11 @@ def _fused(model: Any, pack: bool, memory: int) -> fusedmod.FusedLlama | None:
     if pack:
         speedup, plain = fused.single_row_speedup(), fused.plain_bytes()
         keep = speedup >= SINGLE_ROW_GAIN and plain <= SINGLE_ROW_MEMORY_SHARE * memory
-        log.info("single-row steps: plain matrices %.2fx the packed ones' speed here; %s", speedup,
-                 f"keeping them too ({plain / 2**20:.0f} MiB)" if keep else "packed only")  # fmt: skip
+        log.info(
+            "single-row steps: plain matrices %.2fx the packed ones' speed here; %s",
+            speedup,
+            f"keeping them too ({plain / 2**20:.0f} MiB)" if keep else "packed only",
+        )
         if not keep:
             fused.drop_plain()
     log.info("fused forward on (%d layers, %s)", len(fused.layers), "prepacked" if pack else "plain weights")
@@ -156,5 +159,13 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     if tokenizer.eos_token_id is not None:
         eos_ids.add(tokenizer.eos_token_id)
     vocab = int(model.get_input_embeddings().num_embeddings)
-    return start_scheduler(backend, args, tokenizer, kv_budget=budget, max_model_len=max_len, eos_token_ids=eos_ids,
-                           metrics=metrics, vocab_size=vocab)  # fmt: skip
+    return start_scheduler(
+        backend,
+        args,
+        tokenizer,
+        kv_budget=budget,
+        max_model_len=max_len,
+        eos_token_ids=eos_ids,
+        metrics=metrics,
+        vocab_size=vocab,
+    )
