@@ -30,6 +30,7 @@ from ib_testkit.expansion import (
     marker,
 )
 from ib_testkit.factories import MODELS, cluster, node
+from ib_testkit.fuzz import set_path, string_fields
 from inference_backend.api import InferenceBackend
 from inference_backend.api.model import ModelSpec
 from inference_backend.crdgen import inference_backend_crd
@@ -175,48 +176,6 @@ def _ib(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def string_fields(node: dict[str, Any], path: str = "spec") -> Iterator[str]:
-    """Every string leaf of the CRD's spec schema (lists as ``[]``, map values as ``{}``, map keys as ``{key}``);
-    enums are not free text and are left out."""
-    kind = node.get("type")
-    if (kind == "string" and "enum" not in node) or node.get("x-kubernetes-int-or-string"):
-        yield path
-    for name, sub in (node.get("properties") or {}).items():
-        yield from string_fields(sub, f"{path}.{name}")
-    if kind == "array":
-        yield from string_fields(node["items"], f"{path}[]")
-    extra = node.get("additionalProperties")
-    if isinstance(extra, dict):
-        yield f"{path}{{key}}"
-        yield from string_fields(extra, f"{path}{{}}")
-
-
-def _with(body: dict[str, Any], path: str, value: str) -> dict[str, Any]:
-    """``body`` with the leaf at ``path`` set to ``value`` (missing objects created, lists at index 0)."""
-    doc = copy.deepcopy(body)
-    steps = path.removeprefix("spec.").replace("[]", ".[]").replace("{key}", ".{key}").replace("{}", ".{}")
-    parts = [p for p in steps.split(".") if p]
-    holder: Any = doc
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "[]":
-            if not holder:
-                holder.append(value if last else {})
-            if last:
-                holder[0] = value
-            holder = holder[0]
-        elif part == "{key}":
-            holder[value] = "v"
-        elif part == "{}":
-            holder["k"] = value
-        elif last:
-            holder[part] = value
-        else:
-            nxt = parts[i + 1]
-            holder = holder.setdefault(part, [] if nxt == "[]" else {})
-    return doc
-
-
 def _containers(objects: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for obj in objects:
         spec = obj.get("spec", {})
@@ -274,7 +233,7 @@ def _cases() -> Iterator[tuple[str, str, str, list[dict[str, Any]] | None]]:
         for field in fields:
             for prefix in _PREFIXES["uri" if field.endswith(".uri") else ""]:
                 for hostile in HOSTILE:
-                    yield base, field, prefix + hostile, _render(_with(body, field, prefix + hostile), nodes)
+                    yield base, field, prefix + hostile, _render(set_path(body, field, prefix + hostile), nodes)
 
 
 CASES = list(_cases())

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,6 +298,48 @@ def run_case(body: Json, nodes: Json, workdir: Path, cel: set[str] | None = None
     return outcome
 
 
+def string_fields(node: dict[str, Any], path: str = "spec") -> Iterator[str]:
+    """Every string leaf of the CRD's spec schema (lists as ``[]``, map values as ``{}``, map keys as ``{key}``);
+    enums are not free text and are left out."""
+    kind = node.get("type")
+    if (kind == "string" and "enum" not in node) or node.get("x-kubernetes-int-or-string"):
+        yield path
+    for name, sub in (node.get("properties") or {}).items():
+        yield from string_fields(sub, f"{path}.{name}")
+    if kind == "array":
+        yield from string_fields(node["items"], f"{path}[]")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        yield f"{path}{{key}}"
+        yield from string_fields(extra, f"{path}{{}}")
+
+
+def set_path(body: dict[str, Any], path: str, value: str) -> dict[str, Any]:
+    """``body`` with the leaf at ``path`` set to ``value`` (missing objects created, lists at index 0)."""
+    doc = copy.deepcopy(body)
+    steps = path.removeprefix("spec.").replace("[]", ".[]").replace("{key}", ".{key}").replace("{}", ".{}")
+    parts = [p for p in steps.split(".") if p]
+    holder: Any = doc
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "[]":
+            if not holder:
+                holder.append(value if last else {})
+            if last:
+                holder[0] = value
+            holder = holder[0]
+        elif part == "{key}":
+            holder[value] = "v"
+        elif part == "{}":
+            holder["k"] = value
+        elif last:
+            holder[part] = value
+        else:
+            nxt = parts[i + 1]
+            holder = holder.setdefault(part, [] if nxt == "[]" else {})
+    return doc
+
+
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
@@ -313,3 +356,53 @@ def child_name_problems(children: list[Json]) -> list[str]:
             if not (len(value) <= 63 and _LABEL_VALUE.fullmatch(value)):
                 problems.append(f"{obj['kind']} label value {value!r}")
     return problems
+
+
+HOSTILE_STRINGS = (
+    "$(HF_TOKEN)", "$$(AWS_SECRET_ACCESS_KEY)", "x$$$(HF_TOKEN)$", "$(", "$", "--help", "-x", "--served-model-name=x",
+    "../../etc/passwd", "/proc/self/environ", "a/../b", "a b", "tab\there", "new\nline", "nul\x00", "\u2028", "\u00a0",
+    "\ufeff", "é\u4e2d", "x" * 5000, "", " ", "${HF_TOKEN}", "`id`", "'; rm -rf /", "{{.Values}}", "%s%n", "\\",
+)  # fmt: skip
+"""Texts a careless or hostile user puts in a string field: variable references the kubelet would expand, flags,
+paths that leave their directory, whitespace and control characters, template and format syntax, a long one."""
+
+
+def hostile_strings() -> st.SearchStrategy[str]:
+    alphabet = st.sampled_from(list("$()-/.\\ \t\n\x00\u2028\u00a0a=:@{}`'\"\u4e2d"))
+    return st.one_of(st.sampled_from(HOSTILE_STRINGS), st.text(alphabet, max_size=16),
+                     st.builds(lambda a, b: a + b, st.sampled_from(["hf://o/", "s3://b/", "pvc://c/", "https://h/"]),
+                               st.sampled_from(HOSTILE_STRINGS)))  # fmt: skip
+
+
+def crd_string_fields() -> list[str]:
+    crd = inference_backend_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return sorted(set(string_fields(crd)))
+
+
+def expansion_leaks(children: list[Json]) -> list[str]:
+    """The ``$(NAME)`` references the kubelet would read in the rendered children beyond the operator's own (the
+    LeaderWorkerSet's), whether or not NAME is defined: the command, args and literal env values of every container,
+    expanded with a mapping that answers every name (ib_testkit.expansion)."""
+    from ib_testkit.expansion import LWS_VARIABLES, expand, marker
+
+    leaks = []
+    for obj in children:
+        spec = obj.get("spec") or {}
+        lwt = spec.get("leaderWorkerTemplate") or {}
+        for tpl in (spec.get("template"), lwt.get("leaderTemplate"), lwt.get("workerTemplate")):
+            if not tpl:
+                continue
+            for c in [*tpl["spec"].get("initContainers", []), *tpl["spec"]["containers"]]:
+                texts = [*(c.get("command") or []), *(c.get("args") or [])]
+                texts += [e["value"] for e in c.get("env") or [] if isinstance(e.get("value"), str)]
+                for t in texts:
+                    read: list[str] = []
+
+                    def look(name: str, read: list[str] = read) -> str:
+                        read.append(name)
+                        return marker(name)
+
+                    expand(t, look)
+                    if any(name not in LWS_VARIABLES for name in read):
+                        leaks.append(f"{obj['kind']} {c['name']}: {t[:200]!r} reads {read}")
+    return leaks

@@ -106,10 +106,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def llama3_8b_q4_k_m(path: Path, n_tokens: int = 128256, n_merges: int = 280147) -> Path:
+def llama3_8b_q4_k_m(
+    path: Path, n_tokens: int = 128256, n_merges: int = 280147, n_embd: int = 4096, n_ff: int = 14336, n_layer: int = 32
+) -> Path:
     """The header of Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf as llama.cpp's converter writes it: its metadata keys
     (general.*, llama.*, tokenizer.ggml.* with the 128,256 tokens, their types and 280,147 merges, the chat
-    template, quantize.imatrix.*) and its 292 tensors (Q4_K, Q6_K for attn_v, ffn_down and output, F32 norms)."""
+    template, quantize.imatrix.*) and its 292 tensors (Q4_K, Q6_K for attn_v, ffn_down and output, F32 norms).
+    ``n_embd``, ``n_ff``, ``n_layer``: smaller shapes (multiples of 256) for a file of a few MB."""
     tokens, merges = llama3_vocabulary(n_tokens, n_merges)
     pairs = [
         kv("general.architecture", STRING, "llama"),
@@ -121,10 +124,10 @@ def llama3_8b_q4_k_m(path: Path, n_tokens: int = 128256, n_merges: int = 280147)
         kv("general.license", STRING, "llama3.1"),
         kv("general.tags", ARRAY, (STRING, ["facebook", "meta", "pytorch", "llama", "llama-3", "text-generation"])),
         kv("general.languages", ARRAY, (STRING, ["en", "de", "fr", "it", "pt", "hi", "es", "th"])),
-        kv("llama.block_count", UINT32, 32),
+        kv("llama.block_count", UINT32, n_layer),
         kv("llama.context_length", UINT32, 131072),
-        kv("llama.embedding_length", UINT32, 4096),
-        kv("llama.feed_forward_length", UINT32, 14336),
+        kv("llama.embedding_length", UINT32, n_embd),
+        kv("llama.feed_forward_length", UINT32, n_ff),
         kv("llama.attention.head_count", UINT32, 32),
         kv("llama.attention.head_count_kv", UINT32, 8),
         kv("llama.rope.freq_base", FLOAT32, 500000.0),
@@ -146,23 +149,24 @@ def llama3_8b_q4_k_m(path: Path, n_tokens: int = 128256, n_merges: int = 280147)
         kv("quantize.imatrix.entries_count", INT32, 224),
         kv("quantize.imatrix.chunks_count", INT32, 125),
     ]
+    kv_width = n_embd // 4
     tensors: list[tuple[str, Sequence[int], int]] = [
         ("rope_freqs.weight", (64,), F32),
-        ("token_embd.weight", (4096, n_tokens), Q4_K),
+        ("token_embd.weight", (n_embd, n_tokens), Q4_K),
     ]
-    for i in range(32):
+    for i in range(n_layer):
         tensors += [
-            (f"blk.{i}.attn_norm.weight", (4096,), F32),
-            (f"blk.{i}.attn_q.weight", (4096, 4096), Q4_K),
-            (f"blk.{i}.attn_k.weight", (4096, 1024), Q4_K),
-            (f"blk.{i}.attn_v.weight", (4096, 1024), Q6_K),
-            (f"blk.{i}.attn_output.weight", (4096, 4096), Q4_K),
-            (f"blk.{i}.ffn_norm.weight", (4096,), F32),
-            (f"blk.{i}.ffn_gate.weight", (4096, 14336), Q4_K),
-            (f"blk.{i}.ffn_up.weight", (4096, 14336), Q4_K),
-            (f"blk.{i}.ffn_down.weight", (14336, 4096), Q6_K),
+            (f"blk.{i}.attn_norm.weight", (n_embd,), F32),
+            (f"blk.{i}.attn_q.weight", (n_embd, n_embd), Q4_K),
+            (f"blk.{i}.attn_k.weight", (n_embd, kv_width), Q4_K),
+            (f"blk.{i}.attn_v.weight", (n_embd, kv_width), Q6_K),
+            (f"blk.{i}.attn_output.weight", (n_embd, n_embd), Q4_K),
+            (f"blk.{i}.ffn_norm.weight", (n_embd,), F32),
+            (f"blk.{i}.ffn_gate.weight", (n_embd, n_ff), Q4_K),
+            (f"blk.{i}.ffn_up.weight", (n_embd, n_ff), Q4_K),
+            (f"blk.{i}.ffn_down.weight", (n_ff, n_embd), Q6_K),
         ]
-    tensors += [("output_norm.weight", (4096,), F32), ("output.weight", (4096, n_tokens), Q6_K)]
+    tensors += [("output_norm.weight", (n_embd,), F32), ("output.weight", (n_embd, n_tokens), Q6_K)]
     return write(path, pairs, tensors)
 
 
