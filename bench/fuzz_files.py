@@ -40,8 +40,9 @@ def _child(cases: int, root: Path) -> int:
     slowest = 0.0
     failures: list[str] = []
 
-    @settings(max_examples=cases, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-              phases=["generate"])  # fmt: skip
+    @settings(
+        max_examples=cases, deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=["generate"]
+    )
     @given(mutation=mutations())
     def case(mutation: Mutation) -> None:
         nonlocal slowest
@@ -85,8 +86,9 @@ def _hostile(root: Path) -> Counter[str]:
         counts["hostile files"] += 1
         ok = os.waitstatus_to_exitcode(status) == 2 and str(path) in text and "Traceback" not in text
         counts["hostile exit 2 naming the file" if ok else "hostile crashes"] += 1
-        counts["hostile slowest cpu ms"] = max(counts["hostile slowest cpu ms"],
-                                               round((usage.ru_utime + usage.ru_stime) * 1000))  # fmt: skip
+        counts["hostile slowest cpu ms"] = max(
+            counts["hostile slowest cpu ms"], round((usage.ru_utime + usage.ru_stime) * 1000)
+        )
         counts["hostile peak MiB"] = max(counts["hostile peak MiB"], round(usage.ru_maxrss / 1024))
         if not ok:
             print(f"{name}: {text[-500:]}", file=sys.stderr)
@@ -105,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "bench.fuzz_files", "--cases", str(args.cases), "--child", tmp]
         res = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=_limits, check=False)
         sys.stderr.write(res.stderr[-5000:])
-        counts: Counter[str] = Counter(json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 else
-                                       {"crashes": 1, "child exit": res.returncode})  # fmt: skip
+        counts: Counter[str] = Counter(
+            json.loads(res.stdout.strip().splitlines()[-1])
+            if res.returncode == 0
+            else {"crashes": 1, "child exit": res.returncode}
+        )
         hostile_root = Path(tmp) / "hostile"
         hostile_root.mkdir()
         counts.update(_hostile(hostile_root))

@@ -93,13 +93,20 @@ def test_garbage_in_one_field(body: dict[str, Any], path: str, value: Any, nodes
 STRING_FIELDS = crd_string_fields()
 CARRIED = ["spec.model.uri", "spec.model.servedName", "spec.engine.extraArgs[]", "spec.engine.env[].value"]
 """The string fields that reach a container's command, args or env values: drawn half the time."""
-_NODES = {"apiVersion": "v1", "kind": "List", "items": [make_node("h100", "h100", 8), make_node("l4", "l4", 1),
-                                                         make_node("cpu", cpu="32", memory="128Gi")]}  # fmt: skip
+_NODES = {
+    "apiVersion": "v1",
+    "kind": "List",
+    "items": [make_node("h100", "h100", 8), make_node("l4", "l4", 1), make_node("cpu", cpu="32", memory="128Gi")],
+}
 
 
 @_FUZZ
-@given(backends(), st.one_of(st.sampled_from(STRING_FIELDS), st.sampled_from(CARRIED)), hostile_strings(),
-       st.one_of(st.just(_NODES), node_lists()))  # fmt: skip
+@given(
+    backends(),
+    st.one_of(st.sampled_from(STRING_FIELDS), st.sampled_from(CARRIED)),
+    hostile_strings(),
+    st.one_of(st.just(_NODES), node_lists()),
+)
 def test_hostile_text_in_every_string_field(body: dict[str, Any], path: str, text: str, nodes: dict[str, Any]) -> None:
     """Any string field (ib_testkit.fuzz.crd_string_fields: every string of the CRD's spec schema) holding hostile
     text: pydantic and the CRD still agree, the CLI never raises, and nothing rendered expands a variable."""

@@ -35,26 +35,51 @@ def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> Path:
 def seeds(root: Path) -> dict[str, Path]:
     """The valid artifacts mutated: name -> the path to inspect."""
     root.mkdir(parents=True, exist_ok=True)
-    out = {"gguf": gguf_files.llama3_8b_q4_k_m(root / "seed.gguf", n_tokens=512, n_merges=200, n_embd=256, n_ff=512,
-                                               n_layer=2)}  # fmt: skip
+    out = {
+        "gguf": gguf_files.llama3_8b_q4_k_m(
+            root / "seed.gguf", n_tokens=512, n_merges=200, n_embd=256, n_ff=512, n_layer=2
+        )
+    }
     out["safetensors"] = _safetensors(root / "seed.safetensors", {"w": ("F32", [4, 8]), "b": ("BF16", [8])})
     hf = root / "hf"
     hf.mkdir(exist_ok=True)
-    (hf / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
-        "quantization_config": {"quant_method": "gptq", "bits": 4}, "torch_dtype": "float16",
-    }))  # fmt: skip
+    (hf / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 2048,
+                "quantization_config": {"quant_method": "gptq", "bits": 4},
+                "torch_dtype": "float16",
+            }
+        )
+    )
     _safetensors(hf / "model-00001.safetensors", {"model.layers.0.self_attn.q_proj.qweight": ("I8", [8, 64])})
     _safetensors(hf / "model-00002.safetensors", {"lm_head.weight": ("BF16", [64, 32])})
-    (hf / "model.safetensors.index.json").write_text(json.dumps({
-        "metadata": {"total_size": 4608},
-        "weight_map": {"model.layers.0.self_attn.q_proj.qweight": "model-00001.safetensors",
-                       "lm_head.weight": "model-00002.safetensors"},
-    }))  # fmt: skip
+    (hf / "model.safetensors.index.json").write_text(
+        json.dumps(
+            {
+                "metadata": {"total_size": 4608},
+                "weight_map": {
+                    "model.layers.0.self_attn.q_proj.qweight": "model-00001.safetensors",
+                    "lm_head.weight": "model-00002.safetensors",
+                },
+            }
+        )
+    )
     vocab = {f"t{i}": i for i in range(32)}
-    (hf / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": ["t t1"]},
-                                                   "added_tokens": [{"id": 32, "content": "<s>"}]}))  # fmt: skip
+    (hf / "tokenizer.json").write_text(
+        json.dumps(
+            {
+                "model": {"type": "BPE", "vocab": vocab, "merges": ["t t1"]},
+                "added_tokens": [{"id": 32, "content": "<s>"}],
+            }
+        )
+    )
     out["hf"] = hf
     return out
 
@@ -82,9 +107,20 @@ def mutations(draw: st.DrawFn) -> Mutation:
         st.binary(min_size=1, max_size=8),
         st.sampled_from(_HUGE).map(lambda n: struct.pack("<Q", n)),
         st.sampled_from(_HUGE).map(lambda n: struct.pack("<Q", n)[:4]),
-        st.sampled_from([b"[[[[[[[[", b"99999999999999999999999999999999999999999999", b'"..', b"/..", b"\xff\xfe",
-                         b"{}", b"null", b"-1", b"1e999"]),
-    )  # fmt: skip
+        st.sampled_from(
+            [
+                b"[[[[[[[[",
+                b"99999999999999999999999999999999999999999999",
+                b'"..',
+                b"/..",
+                b"\xff\xfe",
+                b"{}",
+                b"null",
+                b"-1",
+                b"1e999",
+            ]
+        ),
+    )
     offset = st.one_of(st.integers(0, 600), st.integers(0, 1024).map(lambda n: 4 * n), st.integers(-999, -1))
     edits = tuple(draw(st.lists(st.tuples(offset, piece), min_size=0, max_size=4)))
     truncate = draw(st.one_of(st.none(), st.integers(0, 999)))

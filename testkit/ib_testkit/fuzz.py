@@ -359,19 +359,50 @@ def child_name_problems(children: list[Json]) -> list[str]:
 
 
 HOSTILE_STRINGS = (
-    "$(HF_TOKEN)", "$$(AWS_SECRET_ACCESS_KEY)", "x$$$(HF_TOKEN)$", "$(", "$", "--help", "-x", "--served-model-name=x",
-    "../../etc/passwd", "/proc/self/environ", "a/../b", "a b", "tab\there", "new\nline", "nul\x00", "\u2028", "\u00a0",
-    "\ufeff", "é\u4e2d", "x" * 5000, "", " ", "${HF_TOKEN}", "`id`", "'; rm -rf /", "{{.Values}}", "%s%n", "\\",
-)  # fmt: skip
+    "$(HF_TOKEN)",
+    "$$(AWS_SECRET_ACCESS_KEY)",
+    "x$$$(HF_TOKEN)$",
+    "$(",
+    "$",
+    "--help",
+    "-x",
+    "--served-model-name=x",
+    "../../etc/passwd",
+    "/proc/self/environ",
+    "a/../b",
+    "a b",
+    "tab\there",
+    "new\nline",
+    "nul\x00",
+    "\u2028",
+    "\u00a0",
+    "\ufeff",
+    "é\u4e2d",
+    "x" * 5000,
+    "",
+    " ",
+    "${HF_TOKEN}",
+    "`id`",
+    "'; rm -rf /",
+    "{{.Values}}",
+    "%s%n",
+    "\\",
+)
 """Texts a careless or hostile user puts in a string field: variable references the kubelet would expand, flags,
 paths that leave their directory, whitespace and control characters, template and format syntax, a long one."""
 
 
 def hostile_strings() -> st.SearchStrategy[str]:
     alphabet = st.sampled_from(list("$()-/.\\ \t\n\x00\u2028\u00a0a=:@{}`'\"\u4e2d"))
-    return st.one_of(st.sampled_from(HOSTILE_STRINGS), st.text(alphabet, max_size=16),
-                     st.builds(lambda a, b: a + b, st.sampled_from(["hf://o/", "s3://b/", "pvc://c/", "https://h/"]),
-                               st.sampled_from(HOSTILE_STRINGS)))  # fmt: skip
+    return st.one_of(
+        st.sampled_from(HOSTILE_STRINGS),
+        st.text(alphabet, max_size=16),
+        st.builds(
+            lambda a, b: a + b,
+            st.sampled_from(["hf://o/", "s3://b/", "pvc://c/", "https://h/"]),
+            st.sampled_from(HOSTILE_STRINGS),
+        ),
+    )
 
 
 def crd_string_fields() -> list[str]:
