@@ -41,16 +41,23 @@ def test_sglang_loses_to_vllm_on_registry_order_and_says_so() -> None:
     assert _rejected(d)["sglang"] == "ranked below vllm: registry order (equal on objectives and features)"
 
 
-def test_sglang_wins_a_throughput_objective_vllm_misses() -> None:
-    nodes = cluster(node("h100-1", "h100"))
-    tps = {
-        e: select(spec(model=LLAMA_8B, backend=e), nodes, {}).estimate["tokensPerSecond"] for e in ("vllm", "sglang")
-    }
-    assert tps["sglang"] > tps["vllm"], "the card's published profile is above vLLM's"
-    target = (tps["vllm"] + tps["sglang"]) / 2
-    d = select(spec(model=LLAMA_8B, objectives={"tokensPerSecond": int(target)}), nodes, {})
-    assert d.backend == "sglang", d.reasons
-    assert "tokensPerSecond" in _rejected(d)["vllm"]
+def test_a_throughput_objective_picks_the_engine_that_needs_fewer_gpus() -> None:
+    """SGLang and vLLM rated by the workload model on the same H100: at a tokensPerSecond objective where one
+    needs more replicas than the other, the one needing fewer GPUs is chosen and the other's rejection names the
+    objective's arithmetic."""
+    nodes = cluster(node("h100-1", "h100", 8, cpu="192", memory="1900Gi"))
+
+    def gpus(engine: str, target: int) -> int:
+        d = select(spec(model=LLAMA_8B, backend=engine, objectives={"tokensPerSecond": target}), nodes, {})
+        assert d.placement is not None and d.plan is not None
+        return d.placement.gpus_per_replica * d.plan.replicas
+
+    target = next((t for t in range(2000, 200_001, 2000) if gpus("vllm", t) != gpus("sglang", t)), None)
+    assert target is not None, "the two engines' estimates never differ in GPUs"
+    fewer, more = sorted(("vllm", "sglang"), key=lambda e: gpus(e, target))
+    d = select(spec(model=LLAMA_8B, objectives={"tokensPerSecond": target}), nodes, {})
+    assert d.backend == fewer, d.reasons
+    assert "tokensPerSecond" in _rejected(d)[more]
 
 
 def test_sglang_needs_a_gpu_and_the_error_names_the_field() -> None:

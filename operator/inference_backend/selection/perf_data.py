@@ -12,14 +12,13 @@ VENDOR_DERATE: dict[str, float] = {"nvidia": 1.0, "amd": 0.55, "habana": 0.7}
 ROCm vLLM reached about half its CUDA efficiency in the published MI300X rows (the ratio of the fitted factors)."""
 
 PRICE_PER_GPU_HOUR: dict[str, tuple[float, str]] = {
-    "H100-SXM5-80GB": (12.29, "AWS p5.48xlarge on-demand, us-east-1, $98.32/h for 8 GPUs (2025 price list)"),
-    "H200-SXM-141GB": (10.60, "AWS p5e.48xlarge on-demand, us-east-1, $84.80/h for 8 GPUs (2025 price list)"),
-    "A100-SXM4-40GB": (4.10, "AWS p4d.24xlarge on-demand, us-east-1, $32.77/h for 8 GPUs"),
-    "A100-SXM4-80GB": (5.12, "AWS p4de.24xlarge on-demand, us-east-1, $40.97/h for 8 GPUs"),
-    "A10G-24GB": (1.01, "AWS g5.xlarge on-demand, us-east-1, $1.006/h for 1 GPU"),
-    "L4-24GB": (0.80, "AWS g6.xlarge on-demand, us-east-1, $0.805/h for 1 GPU"),
-    "L40S-48GB": (1.86, "AWS g6e.xlarge on-demand, us-east-1, $1.861/h for 1 GPU"),
-    "T4-16GB": (0.53, "AWS g4dn.xlarge on-demand, us-east-1, $0.526/h for 1 GPU"),
+    "H100-SXM5-80GB": (12.29, "AWS p5.48xlarge on-demand, us-east-1, 2024 list price $98.32/h for 8 GPUs"),
+    "A100-SXM4-40GB": (4.10, "AWS p4d.24xlarge on-demand, us-east-1, 2024 list price $32.77/h for 8 GPUs"),
+    "A100-SXM4-80GB": (5.12, "AWS p4de.24xlarge on-demand, us-east-1, 2024 list price $40.97/h for 8 GPUs"),
+    "A10G-24GB": (1.01, "AWS g5.xlarge on-demand, us-east-1, 2024 list price $1.006/h (1 GPU, 4 vCPU)"),
+    "L4-24GB": (0.80, "AWS g6.xlarge on-demand, us-east-1, 2024 list price $0.805/h (1 GPU, 4 vCPU)"),
+    "L40S-48GB": (1.86, "AWS g6e.xlarge on-demand, us-east-1, 2024 list price $1.861/h (1 GPU, 4 vCPU)"),
+    "T4-16GB": (0.53, "AWS g4dn.xlarge on-demand, us-east-1, 2024 list price $0.526/h (1 GPU, 4 vCPU)"),
 }
 """Optional price per GPU-hour per SKU row, with its source: among placements of the same GPU count the cheaper
 wins where both prices are known."""
