@@ -1,5 +1,7 @@
 """The long fuzz run: N specs generated from the CRD's schema (default 10,000) against garbage node lists, each
-checked by ib_testkit.fuzz.run_case (pydantic and the CRD agree; select/render never raise; children valid).
+checked by ib_testkit.fuzz.run_case (pydantic and the CRD agree; select/render never raise; children valid); half
+the cases carry hostile text in one string field of the spec (ib_testkit.fuzz.hostile_strings), and no rendered
+child may let the kubelet expand a variable (ib_testkit.fuzz.expansion_leaks).
 
     python -m bench.fuzz [--cases N] [--seed S]
 
@@ -20,7 +22,19 @@ from collections import Counter
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
-from ib_testkit.fuzz import Crash, backends, cel_messages, child_name_problems, node_lists, run_case
+from hypothesis import strategies as st
+from ib_testkit.fuzz import (
+    Crash,
+    backends,
+    cel_messages,
+    child_name_problems,
+    crd_string_fields,
+    expansion_leaks,
+    hostile_strings,
+    node_lists,
+    run_case,
+    set_path,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=14)
     args = parser.parse_args(argv)
     cel = cel_messages()
+    fields = crd_string_fields()
     counts: Counter[str] = Counter()
     failures: list[str] = []
     started = time.perf_counter()
@@ -42,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
             suppress_health_check=list(HealthCheck),
             phases=["generate"],
         )
-        @given(backends(), node_lists())
-        def case(body: dict, nodes: dict) -> None:  # type: ignore[type-arg]
+        @given(backends(), node_lists(), st.one_of(st.none(), st.tuples(st.sampled_from(fields), hostile_strings())))
+        def case(body: dict, nodes: dict, hostile: tuple[str, str] | None) -> None:  # type: ignore[type-arg]
             counts["cases"] += 1
+            if hostile is not None:
+                counts["cases with hostile text in a string field"] += 1
+                body["spec"] = set_path(body["spec"], *hostile)
             try:
                 outcome = run_case(body, nodes, Path(tmp), cel)
             except Crash as exc:
@@ -59,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             counts["children rendered"] += len(outcome.children)
             problems = child_name_problems(outcome.children)
             counts["invalid child names"] += len(problems)
+            leaks = expansion_leaks(outcome.children)
+            counts["expansion leaks"] += len(leaks)
+            if leaks and len(failures) < 5:
+                failures.append(f"expansion: {leaks[:2]}\n  spec: {json.dumps(body)[:2000]}")
 
         random.seed(args.seed)
         case()
@@ -66,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(dict(sorted(counts.items())), indent=1))
     for f in failures:
         print(f, file=sys.stderr)
-    return 1 if counts["crashes"] or counts["invalid child names"] else 0
+    return 1 if counts["crashes"] or counts["invalid child names"] or counts["expansion leaks"] else 0
 
 
 if __name__ == "__main__":

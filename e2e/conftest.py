@@ -24,7 +24,8 @@ import pytest
 import yaml
 from ib_testkit import ROOT
 from ib_testkit.audit import audit_event
-from ib_testkit.cluster import EXAMPLES, GROUP, NODE_SETS, SYSTEM_NS, Operator, chart_helm_args, kubectl, tool
+from ib_testkit.cluster import EXAMPLES, NODE_SETS, SYSTEM_NS, Operator, chart_helm_args, kubectl, tool
+from inference_backend.vocabulary import GROUP
 
 E2E_SRC = Path(__file__).resolve().parent
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}

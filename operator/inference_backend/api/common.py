@@ -367,14 +367,16 @@ def _q(side: str) -> str:
 
 
 _BOTH = "k in self.limits && isQuantity(string(self.requests[k])) && isQuantity(string(self.limits[k]))"
+_BOTH_MAPS = "!has(self.requests) || !has(self.limits) || "
+"""The maps default to empty in pydantic, not in the CRD: an absent one has nothing to compare."""
 RESOURCE_RULES = [
     {
-        "rule": f"self.requests.all(k, !({_BOTH}) || !{_q('requests')}.isGreaterThan({_q('limits')}))",
+        "rule": f"{_BOTH_MAPS}self.requests.all(k, !({_BOTH}) || !{_q('requests')}.isGreaterThan({_q('limits')}))",
         "message": "resources: a request above its limit (give one of them: a request alone raises the computed limit, "
         "a limit alone caps the computed request)",
     },
     {
-        "rule": f"self.requests.all(k, !(k.contains('/') || k.startsWith('hugepages-')) || !({_BOTH}) || "
+        "rule": f"{_BOTH_MAPS}self.requests.all(k, !(k.contains('/') || k.startsWith('hugepages-')) || !({_BOTH}) || "
         f"{_q('requests')}.compareTo({_q('limits')}) == 0)",
         "message": "resources: an extended resource or hugepages request must equal its limit (give one of them: it "
         "sets both)",
