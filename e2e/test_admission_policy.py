@@ -28,6 +28,9 @@ VALUES = [
     "admissionPolicy.allowedHostPathPrefixes={/var/lib/inference-backend}",
     "--set",
     "admissionPolicy.allowedTolerationKeys={nvidia.com/gpu}",
+    # only this test's namespace: the other e2e tests' backends (tolerations, image overrides) are not its business
+    "--set-string",
+    "admissionPolicy.namespaceSelector.matchLabels.ib-e2e-admission-policy=true",
 ]
 RELEASE = "ib-vap"
 
@@ -64,6 +67,7 @@ def namespace(wait_until: Any) -> Iterator[str]:
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
     ns = f"vap-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", ns)
+    kubectl("label", "namespace", ns, "ib-e2e-admission-policy=true")
     name = docs[0]["metadata"]["name"]
 
     def type_checked() -> bool:  # the policy is compiled and its binding in force: a refused object proves it
