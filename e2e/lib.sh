@@ -24,6 +24,7 @@ PROMETHEUS_VERSION=$(modver prometheus github.com/prometheus/prometheus)
 KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
 ACTIONLINT_VERSION=$(modver actionlint github.com/rhysd/actionlint)
 LWS_VERSION=$(modver lws sigs.k8s.io/lws)
+GIE_VERSION=$(modver gie sigs.k8s.io/gateway-api-inference-extension)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
@@ -40,6 +41,7 @@ binpath() {
     actionlint) v=$ACTIONLINT_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
+    lwepp) v=$GIE_VERSION ;;
     *) echo "binpath: unknown binary $1" >&2; return 1 ;;
   esac
   echo "$E2E_BIN_DIR/$1-$v"
@@ -50,6 +52,10 @@ E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-ex
 # The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.
 LWS_CONFIG_DIR=$E2E_BIN_DIR/lws-config-$LWS_VERSION
+
+# The Gateway API Inference Extension: its endpoint picker (lwepp, built by e2e/build-picker, not part of
+# E2E_BINARIES: its own job beside build-binaries) and its CRDs (InferencePool), copied from the same module.
+gie_crds_dir() { echo "$E2E_BIN_DIR/gie-crds-$GIE_VERSION"; }
 
 # KEDA's CRDs (config/crd/bases of the KEDA module, copied from GOMODCACHE by e2e/build-binaries next to the
 # binaries it built; e2e/test_autoscaling.py applies them).
