@@ -66,6 +66,8 @@ class GenRequest:
     emit: Callable[[TokenEvent], None]
     arrival: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    adapter: str | None = None
+    """The LoRA adapter the request named in its `model` field (None: the base model)."""
 
 
 class Tokenizer(Protocol):

@@ -49,7 +49,7 @@ class Submitted:
 
         for i, p in enumerate(params):
             rid = self.request_id if len(params) == 1 else f"{self.request_id}-{i}"
-            req = GenRequest(rid, prep.ids, p, emitter(i))
+            req = GenRequest(rid, prep.ids, p, emitter(i), adapter=prep.adapter)
             try:
                 self.engine.submit(req)
             except QueueFull as exc:
@@ -163,7 +163,7 @@ async def generate(state: State, prep: Prepared, request: Request, started: floa
     eager = prep.body.stream or bool(prep.body.stop_list())  # a whole reply without stop strings: the last events
     sub = Submitted(prep, _params(prep), started + timeout if timeout > 0 else None, timeout, eager)
     rid = ("chatcmpl-" if prep.chat else "cmpl-") + sub.request_id
-    base = {"id": rid, "created": int(time.time()), "model": state.served_model_name}
+    base = {"id": rid, "created": int(time.time()), "model": prep.body.model}
     if prep.body.stream:
         return StreamingResponse(_sse(sub, base, prep), media_type="text/event-stream")
     watcher = asyncio.create_task(_watch_disconnect(request, sub))

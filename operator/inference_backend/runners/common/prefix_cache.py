@@ -33,14 +33,15 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, tokens: list[int]) -> tuple[int, Any]:
-        """Longest cached block-aligned prefix shorter than the prompt: (its length, KV) or (0, None)."""
+    def lookup(self, tokens: list[int], space: int = 0) -> tuple[int, Any]:
+        """Longest cached block-aligned prefix shorter than the prompt: (its length, KV) or (0, None). ``space``
+        keeps KV computed differently apart (a LoRA adapter's: its k/v projections differ from the base model's)."""
         with self._lock:
             if self.metrics is not None:
                 self.metrics.prefix_queries.inc(len(tokens))
             top = (len(tokens) - 1) // self.block * self.block
             for n in range(top, 0, -self.block):
-                key = tuple(tokens[:n])
+                key = (space, *tokens[:n])
                 kv = self._entries.get(key)
                 if kv is not None:
                     self._entries.move_to_end(key)
@@ -49,14 +50,14 @@ class PrefixCache:
                     return n, kv
             return 0, None
 
-    def store(self, tokens: list[int], kv: Any) -> None:
+    def store(self, tokens: list[int], kv: Any, space: int = 0) -> None:
         """Register the KV of `tokens` (at least len(tokens) positions) under each block-aligned prefix."""
         top = len(tokens) // self.block * self.block
         if top == 0 or top > self.capacity:
             return
         with self._lock:
             for n in range(self.block, top + 1, self.block):
-                key = tuple(tokens[:n])
+                key = (space, *tokens[:n])
                 if key in self._entries:
                     self._entries.move_to_end(key)
                     continue
@@ -64,4 +65,4 @@ class PrefixCache:
                 self._tokens += n
             while self._tokens > self.capacity and self._entries:
                 key, _ = self._entries.popitem(last=False)
-                self._tokens -= len(key)
+                self._tokens -= len(key) - 1

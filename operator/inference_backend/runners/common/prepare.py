@@ -29,6 +29,7 @@ class Prepared:
     chat: bool
     n: int = 1
     logprobs: int | None = None  # top alternatives per token; None: no logprobs
+    adapter: str | None = None  # the LoRA adapter the `model` field names; None: the base model
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -51,7 +52,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 def prepare(raw: bytes, chat: bool, state: State) -> Prepared:
     """Runs in state.pool. Raises errors.APIError (OpenAI-shaped) for anything wrong with the request."""
     body = _parse(raw, ChatCompletionRequest if chat else CompletionRequest)
-    if body.model != state.served_model_name:
+    if body.model != state.served_model_name and body.model not in state.adapters:
         raise errors.model_not_found(body.model)
     loaded = state.loaded
     if loaded is None:
@@ -62,7 +63,8 @@ def prepare(raw: bytes, chat: bool, state: State) -> Prepared:
     ids = _chat_ids(body, loaded, state.limits) if chat else _completion_ids(body, loaded)
     param = "messages" if chat else "prompt"
     max_tokens = _check_length(len(ids), body.effective_max_tokens(), loaded.max_model_len, param)
-    return Prepared(body, loaded, ids, max_tokens, chat, body.n, logprobs)
+    adapter = body.model if body.model != state.served_model_name else None
+    return Prepared(body, loaded, ids, max_tokens, chat, body.n, logprobs, adapter)
 
 
 def _parse(raw: bytes, model: type[_Base]) -> Any:

@@ -136,7 +136,9 @@ def build_app(state: State) -> FastAPI:
         }
         if state.loaded is not None:
             card["max_model_len"] = state.loaded.max_model_len
-        return {"object": "list", "data": [card]}
+        # each LoRA adapter as a model of its own whose parent is the base model (vLLM's /v1/models shape)
+        adapters = [{**card, "id": name, "parent": state.served_model_name} for name in state.adapters]
+        return {"object": "list", "data": [card, *adapters]}
 
     async def handle(request: Request, chat: bool) -> Response:
         started = asyncio.get_running_loop().time()
@@ -167,7 +169,8 @@ def serve(args: Any, load: Callable[[Metrics], Loaded], served_model_name: str, 
 
     metrics = metrics or Metrics(served_model_name)
     limits = Limits.from_args(args)
-    state = State(served_model_name, metrics, limits)
+    adapters = tuple(name for name, _ in getattr(args, "adapter", None) or ())
+    state = State(served_model_name, metrics, adapters, limits)
     config = uvicorn.Config(
         build_app(state),
         host=args.host,

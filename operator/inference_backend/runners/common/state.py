@@ -27,6 +27,8 @@ class Loaded:
 class State:
     served_model_name: str
     metrics: Metrics
+    adapters: tuple[str, ...] = ()
+    """LoRA adapters served beside the model, each under its name (--adapter)."""
     limits: Limits = field(default_factory=Limits)
     loaded: Loaded | None = None
     failed: str | None = None

@@ -7,6 +7,14 @@ import argparse
 from inference_backend.runners.common.args import add_common_flags, positive_int
 
 
+def adapter_arg(value: str) -> tuple[str, str]:
+    """NAME=PATH of --adapter."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path or name.startswith("-"):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected NAME=PATH")
+    return name, path
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ib-pytorch-runner",
@@ -40,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU: torch allocates every buffer of 2 MiB or more (weights, KV cache) on transparent huge pages "
         "(THP_MEM_ALLOC_ENABLE; takes effect where the host's /sys/kernel/mm/transparent_hugepage/enabled is madvise "
         "or always): fewer TLB misses while a decode step streams the weights; see docs/runners.md (default: on)",
+    )
+    parser.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        type=adapter_arg,
+        help="a PEFT LoRA adapter directory served under NAME (the OpenAI `model` field; repeatable): each request "
+        "runs its adapter, or the base model under --served-model-name; rows of one batch may differ",
     )
     spec = parser.add_argument_group("speculative decoding")
     spec.add_argument(

@@ -21,9 +21,13 @@ from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.scheduler import Sequence
 from inference_backend.runners.pytorch import kv as kvh
+from inference_backend.runners.pytorch.adapters import base_forward
 from inference_backend.runners.pytorch.fused import FusedLlama, attention
 from inference_backend.runners.pytorch.sampling import Sampler
 from inference_backend.runners.pytorch.slab import Slab
+
+BASE = "__base__"
+"""PEFT's name for the base model in a mixed-adapter batch (peft tuners_utils: rows named so skip every adapter)."""
 
 
 @dataclass
@@ -51,6 +55,7 @@ class TorchBackend:
         num_speculative_tokens: int = 4,
         max_batch_size: int | None = None,
         fused: FusedLlama | None = None,
+        adapters: tuple[str, ...] = (),
     ) -> None:
         self.model = model
         self.config = model.config
@@ -61,8 +66,12 @@ class TorchBackend:
         self.k = num_speculative_tokens
         self.rows: list[Sequence] = []  # batched (non-speculative) sequences, in cache row order
         self.slab = Slab(device, max_batch_size)
-        self.keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.keep = "logits_to_keep" in inspect.signature(base_forward(model)).parameters
         self.fused = fused
+        # LoRA adapters (runners/pytorch/adapters.py: `model` is then a PeftModel holding them all): each forward
+        # names every row's adapter (PEFT's mixed-batch `adapter_names`, BASE for the base model's rows), and the
+        # prefix cache keeps each adapter's KV apart.
+        self.adapters = {name: i + 1 for i, name in enumerate(adapters)}
 
     # -- prefill ------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -74,7 +83,7 @@ class TorchBackend:
         firsts, joining = [], []
         for seq in seqs:
             sampler = seq.slot.sampler
-            kv, logits = self._prefill_one(seq.tokens)
+            kv, logits = self._prefill_one(seq.tokens, seq.req.adapter)
             firsts.append(seq.pick(sampler, logits))
             if self.draft is not None and sampler.plain_greedy:
                 target = kvh.from_list(kv, self.config)
@@ -114,11 +123,19 @@ class TorchBackend:
             waves[-1].append(seq)
         return waves
 
-    def _forward(self, model: Any, tokens: list[int], start: int, cache: Any, keep: int) -> tuple[Any, torch.Tensor]:
+    def _named(self, rows: list[str | None]) -> dict[str, Any]:
+        """The forward's `adapter_names` for these rows' adapters, when adapters are loaded."""
+        return {"adapter_names": [r or BASE for r in rows]} if self.adapters else {}
+
+    def _forward(
+        self, model: Any, tokens: list[int], start: int, cache: Any, keep: int, adapter: str | None = None
+    ) -> tuple[Any, torch.Tensor]:
         """The logits of the last `keep` positions only (the language-model head is skipped for the others)."""
         ids = torch.tensor([tokens[start:]], device=self.device)
         pos = torch.arange(start, len(tokens), device=self.device).unsqueeze(0)
-        extra = {"logits_to_keep": keep} if self.keep else {}
+        extra: dict[str, Any] = {"logits_to_keep": keep} if self.keep else {}
+        if model is self.model:
+            extra |= self._named([adapter])
         out = model(
             input_ids=ids,
             position_ids=pos,
@@ -129,16 +146,17 @@ class TorchBackend:
         )
         return out.cache, out.logits[0, -keep:]
 
-    def _prefill_one(self, tokens: list[int]) -> tuple[kvh.KV, torch.Tensor]:
+    def _prefill_one(self, tokens: list[int], adapter: str | None = None) -> tuple[kvh.KV, torch.Tensor]:
         start, prefix = 0, None
+        space = self.adapters.get(adapter or "", 0)
         if self.prefix_cache is not None:
-            start, hit = self.prefix_cache.lookup(tokens)
+            start, hit = self.prefix_cache.lookup(tokens, space)
             if hit is not None:
                 prefix = kvh.from_list(hit, self.config)
-        cache, logits = self._forward(self.model, tokens, start, prefix, 1)
+        cache, logits = self._forward(self.model, tokens, start, prefix, 1, adapter)
         kv = kvh.to_list(cache)
         if self.prefix_cache is not None:
-            self.prefix_cache.store(tokens, kv)
+            self.prefix_cache.store(tokens, kv, space)
         return kv, logits[-1]
 
     def _fused_prefill(self, fused: FusedLlama, prompts: list[list[int]]) -> list[tuple[kvh.KV, torch.Tensor]]:
@@ -201,8 +219,14 @@ class TorchBackend:
             if self.fused is not None:
                 logits = self._fused_decode(self.fused, last, pos, mask)
             else:
+                named = self._named([s.req.adapter for s in self.rows])
                 res = self.model(
-                    input_ids=last, position_ids=pos, attention_mask=mask, cache=self.slab.cache.bind(), use_cache=True
+                    input_ids=last,
+                    position_ids=pos,
+                    attention_mask=mask,
+                    cache=self.slab.cache.bind(),
+                    use_cache=True,
+                    **named,
                 )
                 logits = res.logits[:, -1]
             self.slab.advance()

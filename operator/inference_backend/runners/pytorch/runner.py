@@ -17,6 +17,7 @@ from inference_backend.runners.common.server import Loaded, start_scheduler
 from inference_backend.runners.pytorch import fused as fusedmod
 from inference_backend.runners.pytorch import kv as kvh
 from inference_backend.runners.pytorch import packed
+from inference_backend.runners.pytorch.adapters import AdapterError, attach
 from inference_backend.runners.pytorch.backend import TorchBackend
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,18 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     model = _load_model(args.model, device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     draft = _load_model(args.draft_model, device, dtype) if args.draft_model else None
+    adapters = list(getattr(args, "adapter", None) or ())
+    if adapters and draft is not None:
+        raise AdapterError("--adapter and --draft-model: speculative decoding with LoRA adapters is not supported")
+    model = attach(model, adapters)
 
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else host_memory_bytes()
     weights = _weight_bytes(model) + (_weight_bytes(draft) if draft is not None else 0)
-    pack = args.prepack_weights and packed.available(device, dtype)
+    # LoRA layers wrap the Linear layers: neither the prepacked weights nor the fused forward know them
+    pack = args.prepack_weights and packed.available(device, dtype) and not adapters
     cpu_fp32 = device.type == "cpu" and dtype == torch.float32  # where it was measured (CUDA: not verified)
-    fused = _fused(model, pack, total) if args.fused_forward and draft is None and cpu_fp32 else None
+    lean = args.fused_forward and draft is None and not adapters and cpu_fp32
+    fused = _fused(model, pack, total) if lean else None
     if fused is not None and fused.pack and fused.plain_bytes():
         weights += fused.plain_bytes()  # both forms are held
     per_token = _kv_per_token(model, dtype) + (_kv_per_token(draft, dtype) if draft is not None else 0)
@@ -152,7 +159,15 @@ def load(args: Any, metrics: Metrics) -> Loaded:
             packed.prepack(m)
 
     backend = TorchBackend(
-        model, device, metrics, prefix, draft, args.num_speculative_tokens, args.max_batch_size, fused=fused
+        model,
+        device,
+        metrics,
+        prefix,
+        draft,
+        args.num_speculative_tokens,
+        args.max_batch_size,
+        fused=fused,
+        adapters=tuple(name for name, _ in adapters),
     )
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
