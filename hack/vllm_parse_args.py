@@ -205,6 +205,24 @@ def check_parallel(engine_args: Any) -> dict[str, Any]:
     }
 
 
+def check_lora(engine_args: Any) -> dict[str, Any] | None:
+    """LoRAConfig as EngineArgs.create_engine_config builds it when --enable-lora is set (vllm/config/lora.py: the
+    max_lora_rank choices, max_cpu_loras >= max_loras), and the --lora-modules as the OpenAI server reads them
+    (entrypoints/openai/cli_args.py LoRAParserAction -> LoRAModulePath)."""
+    if not engine_args.enable_lora:
+        return None
+    from vllm.config import LoRAConfig
+
+    names = {f.name for f in dataclasses.fields(LoRAConfig)}
+    kwargs = {
+        k: getattr(engine_args, k)
+        for k in ("max_lora_rank", "max_loras", "max_cpu_loras", "fully_sharded_loras", "lora_dtype")
+        if k in names and hasattr(engine_args, k)
+    }
+    config = LoRAConfig(**{k: v for k, v in kwargs.items() if v is not None})
+    return {"config": jsonable(config)}
+
+
 def run(argv: list[str]) -> tuple[dict[str, Any], int]:
     try:
         _run(argv)
@@ -258,6 +276,7 @@ def _run(argv: list[str]) -> None:
         checks["cache_config"] = check_cache(engine_args)
         checks["quantization"] = check_quantization(engine_args)
         checks["parallel"] = check_parallel(engine_args)
+        checks["lora"] = check_lora(engine_args)
     except Exception as e:
         emit({"ok": False, "stage": "check", "error": f"{type(e).__name__}: {e}"}, 4)
     emit(

@@ -67,17 +67,22 @@ def test_cel_rules() -> None:
     assert "has(self.modelRef) || has(self.uri)" in rules
     sd = spec["properties"]["speculativeDecoding"]["x-kubernetes-validations"]
     assert sd[0]["rule"] == "self.method != 'draft' || has(self.draftModelRef)"
-    # from the cards: the KV cache types, GPU-only engines, two autoscaling signals some engines lack, scale to zero,
-    # the engines' int32 flags
+    # the spec's own rule (an adapter's name differs from servedName), then from the cards: the KV cache types,
+    # GPU-only engines, two autoscaling signals some engines lack, scale to zero, the engines' int32 flags, engines
+    # without LoRA
     fields = [r["message"].split(" ")[0] for r in spec["x-kubernetes-validations"]]
     assert fields == [
+        "adapters:",
         "kvCache.dtype",
         "backend",
         "autoscaling.metric",
         "autoscaling.metric",
         "autoscaling.minReplicas",
         "batching.maxBatchTokens",
+        "adapters:",
     ]
+    adapters = spec["properties"]["adapters"]
+    assert adapters["x-kubernetes-list-type"] == "map" and adapters["x-kubernetes-list-map-keys"] == ["name"]
     auto = [r["rule"] for r in spec["properties"]["autoscaling"]["x-kubernetes-validations"]]
     assert "self.minReplicas <= self.maxReplicas" in auto
 

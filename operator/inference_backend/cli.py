@@ -108,21 +108,61 @@ def cmd_render(args: argparse.Namespace) -> int:
     return status
 
 
+def _adapter_limits(args: argparse.Namespace) -> object:
+    from inference_backend.modelinfo.adapter import Limits
+
+    modules = tuple(m for m in (args.target_modules or "").split(",") if m)
+    return Limits(args.max_rank, args.adapter_format, modules, args.rank, args.base_architecture, not args.no_dora)
+
+
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from inference_backend.fetch import FetchError, fetch
+    from inference_backend.fetch import FetchError, check_adapter, fetch
 
     try:
         fetch(args.uri, args.dir, fmt=args.format, include=args.include or (), workers=args.workers)
+        if args.adapter:
+            check_adapter(args.dir, _adapter_limits(args))
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return EXIT_OK
 
 
+def cmd_adapter_check(args: argparse.Namespace) -> int:
+    from inference_backend.fetch import FetchError, check_adapter
+
+    try:
+        check_adapter(args.dir, _adapter_limits(args))
+    except FetchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return EXIT_OK
+
+
+def _adapter_flags(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument(
+        "--max-rank",
+        type=int,
+        required=required,
+        default=1024 if not required else None,
+        help="the engine's LoRA rank limit",
+    )
+    p.add_argument("--adapter-format", choices=("peft", "gguf"), default="peft", help="the adapter files it loads")
+    p.add_argument("--target-modules", help="the modules it adapts, comma-separated (default: any)")
+    p.add_argument("--rank", type=int, help="the rank spec.adapters[].rank declares (checked equal)")
+    p.add_argument("--base-architecture", help="the served model's architecture (checked against the adapter's)")
+    p.add_argument("--no-dora", action="store_true", help="the engine serves no DoRA adapters")
+
+
 def cmd_model_inspect(args: argparse.Namespace) -> int:
     """Print the Model read from a Hugging Face directory, a GGUF file or an ONNX model (docs/model-inspect.md)."""
-    from inference_backend.modelinfo import InspectError, inspect_path
+    from pathlib import Path
 
+    from inference_backend.modelinfo import InspectError, inspect_path
+    from inference_backend.modelinfo.adapter import is_adapter
+
+    if is_adapter(Path(args.path)):
+        return _inspect_adapter(args)
     try:
         found = inspect_path(args.path, uri=args.uri, name=args.name, namespace=args.namespace)
     except InspectError as exc:
@@ -132,6 +172,39 @@ def cmd_model_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(found.wire(), indent=2))
     else:
         sys.stdout.write(found.to_yaml())
+    return EXIT_OK
+
+
+def _inspect_adapter(args: argparse.Namespace) -> int:
+    """A LoRA adapter: the spec.adapters entry it makes, with where each fact was read (docs/adapters.md)."""
+    from pathlib import Path
+
+    import yaml
+
+    from inference_backend.modelinfo import InspectError, default_name, default_uri
+    from inference_backend.modelinfo.adapter import entry, read_adapter
+
+    try:
+        facts = read_adapter(args.path)
+        doc = entry(facts, args.name or default_name(Path(args.path)), args.uri or default_uri(Path(args.path)))
+    except InspectError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    info = {
+        "format": facts.format,
+        "baseModel": facts.base_model,
+        "baseArchitecture": facts.base_architecture,
+        "targetModulesRegex": facts.target_modules_regex,
+        "dora": facts.use_dora or None,
+        "alpha": facts.alpha,
+    }
+    if args.output == "json":
+        print(json.dumps({"adapter": doc, "facts": {k: v for k, v in info.items() if v is not None}}, indent=2))
+        return EXIT_OK
+    lines = [f"# LoRA adapter read from {facts.path} by `inference-backend model inspect`: a spec.adapters entry"]
+    lines += [f"#   {k}: {v}" for k, v in facts.sources.items()]
+    lines += [f"# {k}: {v}" for k, v in info.items() if v is not None]
+    sys.stdout.write("\n".join(lines) + "\n" + yaml.safe_dump([doc], sort_keys=False))
     return EXIT_OK
 
 
@@ -186,7 +259,22 @@ def build_parser() -> argparse.ArgumentParser:
     fet.add_argument(
         "--workers", type=int, default=None, help="objects downloaded at a time (default: env IB_FETCH_WORKERS, else 8)"
     )
+    fet.add_argument(
+        "--adapter",
+        action="store_true",
+        help="the URI is a LoRA adapter: check its files against the limits below once fetched",
+    )
+    _adapter_flags(fet, required=False)
     fet.set_defaults(func=cmd_fetch)
+    ada = sub.add_parser("adapter", help="LoRA adapter helpers: `adapter check DIR` (an adapter on a volume)")
+    chk = ada.add_subparsers(dest="adapter_command", required=True).add_parser(
+        "check",
+        help="check a LoRA adapter's files against an engine's limits (the init container of pvc:// and "
+        "oci:// adapters)",
+    )
+    chk.add_argument("dir", help="the adapter: a PEFT directory, or a directory holding one GGUF adapter file")
+    _adapter_flags(chk, required=True)
+    chk.set_defaults(func=cmd_adapter_check)
     ben = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint with guidellm (JSON, PNG, table)")
     add_bench_arguments(ben)
     ben.set_defaults(func=cmd_bench)

@@ -79,6 +79,33 @@ class ResolvedModel:
 
 
 @dataclass(frozen=True)
+class ResolvedAdapter:
+    """One of spec.adapters, as the engine gets it: fetched like the weights (the model's credentials and cache)."""
+
+    name: str
+    uri: str
+    rank: int | None
+    """The declared rank (spec.adapters[].rank), None when not declared."""
+    target_modules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """The adapters the chosen engine serves, and the limits rendered for them."""
+
+    items: tuple[ResolvedAdapter, ...]
+    max_rank: int
+    """The rank limit rendered (the engine's flag value, or the limit the fetch step checks each file against)."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.items)
+
+
+NO_ADAPTERS = Adapters((), 0)
+
+
+@dataclass(frozen=True)
 class Speculation:
     enabled: bool
     reason: str
@@ -264,6 +291,8 @@ class Decision:
     taint; empty when any node of its pool will do."""
     arch_toleration: bool = False
     """Tolerate GKE's ``kubernetes.io/arch=arm64:NoSchedule`` (the chosen nodes carry it)."""
+    adapters: Adapters = NO_ADAPTERS
+    """spec.adapters as the chosen engine serves them."""
 
     @property
     def satisfiable(self) -> bool:
@@ -303,6 +332,8 @@ class Decision:
                 out["plan"]["slots"] = self.plan.slots
         if self.multi_node is not None:
             out["multiNode"] = self.multi_node.to_json()
+        if self.adapters.items:
+            out["adapters"] = {"names": list(self.adapters.names), "maxRank": self.adapters.max_rank}
         return out
 
     def to_status(self) -> api.Decision:

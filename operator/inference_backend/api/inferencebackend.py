@@ -366,8 +366,65 @@ class Rollout(ApiModel):
     free devices for one more replica when the rollout starts (always on CPU), else recreate."""
 
 
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9_][-A-Za-z0-9_.:]*$"
+"""An adapter's name: what clients put in the OpenAI ``model`` field, and the directory the adapter is fetched into
+(so no "/" or "="; never a leading "-" or ".")."""
+MAX_ADAPTERS = 64
+MAX_ADAPTER_RANK = 1024
+
+
+class Adapter(ApiModel):
+    """A LoRA adapter served beside the base model under its own name (docs/adapters.md)."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=ADAPTER_NAME_PATTERN)
+    """What clients put in the OpenAI ``model`` field to use this adapter (SGLang: ``<servedName>:<name>``; see
+    docs/adapters.md). Letters, digits and ``_ - . :``, not starting with ``-`` or ``.``; unique in the list and
+    different from the base model's served name."""
+    uri: str = Field(pattern=URI_PATTERN, max_length=2048)
+    """Where the adapter is, in any model store the weights may be in (hf://, s3://, gs://, https://, pvc://,
+    oci://): a PEFT directory (adapter_config.json and adapter_model.safetensors), or for llama.cpp a GGUF adapter
+    file. Fetched like the weights: the same init container, cache (spec.model.cache) and credentialsSecret."""
+    rank: Int | None = Field(default=None, ge=1, le=MAX_ADAPTER_RANK)
+    """The adapter's LoRA rank (adapter_config.json ``r``; `inference-backend model inspect DIR` prints it). When
+    given, it is checked against the chosen engine's limit before anything is rendered and sizes the engine's
+    adapter slots; when absent, the engine's default limit is assumed and the fetch step checks the file."""
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """The modules the adapter adapts (adapter_config.json ``target_modules``), when known: checked against the
+    modules the engine can adapt before rendering (the fetch step checks the file either way)."""
+
+
+class InferencePoolRouting(ApiModel):
+    """A Gateway API Inference Extension InferencePool over the backend's pods, with its endpoint picker."""
+
+    enabled: bool = False
+    """Render an InferencePool (inference.networking.k8s.io/v1) selecting the serving pods, and the endpoint picker
+    it names (the Inference Extension's picker at the pinned release, with its Service and least RBAC). A Gateway's
+    HTTPRoute then sends requests to the pool instead of the Service (docs/routing.md)."""
+
+
+class Routing(ApiModel):
+    """How requests reach the replicas."""
+
+    inference_pool: InferencePoolRouting = sub(InferencePoolRouting)
+    """Inference-aware routing through an InferencePool and its endpoint picker (off by default: the Service
+    spreads requests blindly)."""
+
+
+_ADAPTER_NAME_RULE = {
+    "rule": "!has(self.adapters) || !has(self.model.servedName) || self.adapters.all(a, a.name != "
+    "self.model.servedName)",
+    "message": "adapters: an adapter's name is the base model's servedName",
+}
+
+
 class InferenceBackendSpec(ApiModel):
     """The desired serving of one model."""
+
+    model_config = ApiModel.model_config | ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [_ADAPTER_NAME_RULE]}  # type: ignore[list-item]
+    )
 
     # Rules that depend on what the engines can do (a GPU-only engine on CPU, a KV cache type only some engines
     # have) are made from the engine cards: engines/rules.py, written into the CRD by crdgen.py.
@@ -400,6 +457,27 @@ class InferenceBackendSpec(ApiModel):
     """How pods are replaced when the pod template changes."""
     autoscaling: Autoscaling | None = None
     """Replicas that follow the load (absent: spec.replicas, fixed)."""
+    adapters: list[Adapter] = Field(
+        default_factory=list,
+        max_length=MAX_ADAPTERS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """LoRA adapters served beside the base model, each under its own name (docs/adapters.md). An engine that
+    serves none is not selected (and an explicit one is refused, naming spec.adapters)."""
+
+    routing: Routing = sub(Routing)
+    """Inference-aware routing (docs/routing.md)."""
+
+    @model_validator(mode="after")
+    def _adapter_names(self) -> InferenceBackendSpec:  # the CRD's list-map keys hold names unique too
+        seen: set[str] = set()
+        for i, adapter in enumerate(self.adapters):
+            if adapter.name in seen:
+                raise ValueError(f"adapters[{i}].name {adapter.name!r} is listed twice")
+            if adapter.name == self.model.served_name:
+                raise ValueError(f"adapters[{i}].name {adapter.name!r} is the base model's servedName")
+            seen.add(adapter.name)
+        return self
 
 
 class Rejection(ApiModel):
@@ -526,6 +604,19 @@ class AutoscalingStatus(ApiModel):
     """Hash of the ScaledObject last applied (the operator applies it again only when it changes)."""
 
 
+class RoutingStatus(ApiModel):
+    """spec.routing.inferencePool as applied."""
+
+    inference_pool: str = Field(max_length=253)
+    """The InferencePool's name (the backend's), for a Gateway's HTTPRoute backendRef."""
+    endpoint_picker: str = Field(max_length=63)
+    """The endpoint picker's Deployment and Service."""
+    applied_hash: str | None = Field(default=None, max_length=64)
+    """Hash of the InferencePool last applied."""
+    message: str | None = Field(default=None, max_length=MAX_REASON)
+    """Why the pool is not applied (its CRD is not installed), while that holds."""
+
+
 class InferenceBackendStatus(ApiModel):
     """Observed state, written by the operator only."""
 
@@ -556,6 +647,8 @@ class InferenceBackendStatus(ApiModel):
     """The strategy of the Deployment's rollouts, and why."""
     autoscaling: AutoscalingStatus | None = None
     """The autoscaler rendered for spec.autoscaling (absent without it)."""
+    routing: RoutingStatus | None = None
+    """The InferencePool and endpoint picker of spec.routing.inferencePool (absent without it)."""
 
 
 class InferenceBackend(ApiModel):

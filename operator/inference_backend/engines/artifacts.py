@@ -233,3 +233,125 @@ def draft_model(target: ResolvedModel, draft: ResolvedModel) -> ResolvedModel:
     if target.cache is not None and draft.cache is None and fetched:
         draft = replace(draft, cache=target.cache)  # the draft goes into the target's cache, in its own directory
     return draft
+
+
+# ---- LoRA adapters (spec.adapters) ------------------------------------------------------------------------------
+
+ADAPTERS_DIR = "/adapters"
+"""Where each adapter is in the engine container: /adapters/<name> (a PEFT directory, or the directory of a GGUF
+adapter file)."""
+ADAPTERS_VOLUME = "adapters"
+"""The emptyDir the fetch init containers download adapters into (without spec.model.cache)."""
+
+
+@dataclass(frozen=True)
+class AdapterCheck:
+    """What the fetch step checks in an adapter's files before the engine starts (``inference-backend fetch ...
+    --adapter``): the engine's rank limit, the modules it can adapt, the format it loads, the declared rank, the base
+    model's architecture."""
+
+    max_rank: int
+    adapter_format: str
+    modules: tuple[str, ...] = ()
+    rank: int | None = None
+    base_architecture: str | None = None
+    dora: bool = True
+
+    def args(self) -> list[str]:
+        out = ["--adapter", "--max-rank", str(self.max_rank), "--adapter-format", self.adapter_format]
+        if self.modules:
+            out += ["--target-modules", ",".join(self.modules)]
+        if self.rank is not None:
+            out += ["--rank", str(self.rank)]
+        if self.base_architecture:
+            out += ["--base-architecture", self.base_architecture]
+        if not self.dora:
+            out += ["--no-dora"]
+        return out
+
+
+def adapter(model: ResolvedModel, index: int, name: str, uri: str, check: AdapterCheck) -> Artifact:
+    """The artifact of adapter ``index`` (spec.adapters[index]): fetched like the weights (the fetch init container,
+    the model's credentialsSecret when the adapter is in the same store, spec.model.cache), checked by the fetch step
+    against the engine's limits, at /adapters/<name> (``local_path``: the directory, or the GGUF file)."""
+    field = f"spec.adapters[{index}].uri"
+    scheme, rest = split_uri(uri)
+    mount = f"{ADAPTERS_DIR}/{name}"
+    base = posixpath.basename(uri.split("?", 1)[0].rstrip("/"))
+    is_file = base.endswith(_FILE_SUFFIXES)
+    if check.adapter_format == "gguf" and not base.endswith(".gguf"):
+        raise InvalidSpec(field, f"{uri!r}: the engine loads GGUF adapter files: name the .gguf file")
+    if check.adapter_format == "peft" and is_file:
+        raise InvalidSpec(
+            field,
+            f"{uri!r}: the engine loads PEFT adapters: name the directory holding adapter_config.json, not one file",
+        )
+    same_store = model.uri is not None and split_uri(model.uri)[0] == scheme
+    secret = model.credentials_secret if same_store else None
+    if scheme in ("pvc", "oci"):
+        volume = f"adapter-{index}"
+        if scheme == "pvc":
+            claim, _, path = rest.partition("/")
+            source: Json = {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+            local = f"{mount}/{path}" if path else mount
+        else:
+            source, local = {"image": {"reference": rest, "pullPolicy": "IfNotPresent"}}, mount
+        init = _init(
+            f"check-adapter-{index}",
+            ["inference-backend", "adapter", "check", local, *check.args()[1:]],
+            [{"name": volume, "mountPath": mount, "readOnly": True}],
+            (),
+        )
+        return Artifact(
+            scheme,
+            local_path=local,
+            volumes=({"name": volume, **source},),
+            mounts=({"name": volume, "mountPath": mount, "readOnly": True},),
+            init_containers=(init,),
+        )
+    if scheme == "hf":
+        parts = rest.split("/")
+        if len(parts) < 2 or not parts[1].partition("@")[0] or parts[1].endswith("@"):
+            raise InvalidSpec(field, f"{uri!r}: expected hf://org/repo[@revision][/file]")
+    elif scheme not in ("s3", "gs", "https"):
+        raise InvalidSpec(field, f"unsupported uri scheme {scheme!r} (hf, s3, gs, pvc, oci, https)")
+    local = f"{mount}/{base}" if is_file else mount
+    env = secret_env(secret, scheme)
+    cache = model.cache
+    if cache is not None:
+        dest = f"{CACHE_MOUNT}/{cache_key(uri)}"
+        init = _init(
+            f"fetch-adapter-{index}",
+            ["inference-backend", "fetch", uri, dest, *check.args()],
+            [{"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT}],
+            env,
+        )
+        return Artifact(
+            scheme,
+            local_path=local,
+            volumes=(cache_volume(cache),),
+            mounts=({"name": CACHE_VOLUME, "mountPath": mount, "subPath": cache_key(uri), "readOnly": True},),
+            init_containers=(init,),
+        )
+    init = _init(
+        f"fetch-adapter-{index}",
+        ["inference-backend", "fetch", uri, mount, *check.args()],
+        [{"name": ADAPTERS_VOLUME, "mountPath": ADAPTERS_DIR}],
+        env,
+    )
+    return Artifact(
+        scheme,
+        local_path=local,
+        volumes=({"name": ADAPTERS_VOLUME, "emptyDir": {}},),
+        mounts=({"name": ADAPTERS_VOLUME, "mountPath": ADAPTERS_DIR, "readOnly": True},),
+        init_containers=(init,),
+    )
+
+
+def _init(name: str, command: list[str], mounts: list[Json], env: tuple[Json, ...]) -> Json:
+    init: Json = {"name": name, "image": OPERATOR_IMAGE, "imagePullPolicy": "IfNotPresent", "command": command}
+    if env:
+        init["env"] = list(env)
+    init["volumeMounts"] = mounts
+    init["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}
+    return init

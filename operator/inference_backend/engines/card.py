@@ -163,6 +163,49 @@ class Platforms:
     source: str
 
 
+AdapterFormat = Literal["peft", "gguf"]
+
+
+@dataclass(frozen=True)
+class Lora:
+    """What an engine does with LoRA adapters (spec.adapters), each limit with its upstream source."""
+
+    serves: bool
+    """Serves LoRA adapters beside the base model; when False, an InferenceBackend with spec.adapters is not placed
+    on it (an explicit spec.backend is refused, naming spec.adapters), and ``how`` says why."""
+    how: str
+    """How a client selects an adapter (the OpenAI ``model`` field), or why the engine serves none."""
+    formats: frozenset[AdapterFormat]
+    """The adapter files it loads: peft (adapter_config.json + adapter_model.safetensors) or gguf (llama.cpp's
+    convert_lora_to_gguf.py)."""
+    max_rank: int
+    """The largest adapter rank it serves (0 when it serves none)."""
+    rank_choices: tuple[int, ...]
+    """The values its maximum-rank flag accepts (the rendered value is the smallest one covering every adapter);
+    empty when any rank up to ``max_rank`` is taken as is or no such flag is rendered."""
+    default_rank: int
+    """The rank limit rendered when no adapter declares its rank (spec.adapters[].rank): the fetch step refuses a
+    file above it."""
+    architectures: frozenset[str]
+    """The base-model architectures (config.json architectures[0]) it applies LoRA to; empty: every one it serves."""
+    target_modules: frozenset[str]
+    """The modules an adapter may adapt; empty: any the base model has."""
+    runtime: str
+    """How adapters are loaded and unloaded while it runs (its endpoint and the setting that enables it), or "" when
+    a change of spec.adapters rolls the pods out."""
+    prefix_cache: bool
+    """Its prefix cache stays on with adapters loaded (TGI turns it off)."""
+    speculative: frozenset[str]
+    """The speculation methods it keeps with adapters loaded (the others are turned off, with the reason)."""
+    dora: bool
+    """Serves DoRA adapters (adapter_config.json use_dora); the fetch step refuses them otherwise."""
+    source: str
+    """Where upstream says all of the above: files and the pinned version."""
+
+
+NO_LORA_SOURCE = "this engine's module"
+
+
 REFERENCE = {"gpu": "1x NVIDIA A100 80GB, Llama-2-7B bf16", "cpu": "this project's 2-core build machine, scaled to 7B"}
 NOT_MEASURED_ON_GPU = "estimate: not measured on a GPU yet (bench/gpu/h200.sh measures it when a GPU is lent); "
 
@@ -243,6 +286,8 @@ class EngineCard:
     source: every rendered value is checked against it (engines/base.py check_bounds) and the spec field it comes
     from verbatim is bounded in the CRD by the smallest maximum (engines/rules.py). Empty where the flags are
     Python ints."""
+    lora: Lora
+    """LoRA adapters: whether it serves them, how a client names one, its limits and run-time loading."""
 
     @property
     def gpu_required(self) -> bool:
@@ -280,6 +325,17 @@ class EngineCard:
         for signal, sig in a.signals.items():
             if signal not in SIGNALS or not sig.metric or not sig.source or sig.scale <= 0:
                 out.append(f"autoscaling.signals[{signal}]")
+        lo = self.lora
+        if not lo.how or not lo.source:
+            out.append("lora.how" if not lo.how else "lora.source")
+        if lo.serves and (lo.max_rank <= 0 or not lo.formats or not 0 < lo.default_rank <= lo.max_rank):
+            out.append("lora.max_rank")
+        if (
+            lo.serves
+            and lo.rank_choices
+            and (lo.default_rank not in lo.rank_choices or max(lo.rank_choices) != lo.max_rank)
+        ):
+            out.append("lora.rank_choices")
         return out
 
 
@@ -315,6 +371,7 @@ __all__ = [
     "REFERENCE",
     "SIGNALS",
     "Accelerator",
+    "AdapterFormat",
     "Autoscaling",
     "Efficiency",
     "Endpoints",
@@ -322,6 +379,7 @@ __all__ = [
     "FlagBound",
     "Float32OnGpu",
     "GpuVendor",
+    "Lora",
     "Performance",
     "Platforms",
     "Profile",

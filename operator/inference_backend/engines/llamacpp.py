@@ -13,7 +13,7 @@ from __future__ import annotations
 from inference_backend.api.common import GGUF_QUANTIZATIONS
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
-from inference_backend.engines import artifacts
+from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
@@ -39,6 +39,7 @@ from inference_backend.engines.card import (
     Efficiency,
     EngineCard,
     GpuVendor,
+    Lora,
     Performance,
     Platforms,
     Profile,
@@ -187,7 +188,8 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     if spec.kv_cache.block_size != 16:
         notes.append("kvCache.blockSize: llama.cpp has no paged KV blocks; ignored")
 
-    parts = cached_pod_parts(decision, art, draft_art)
+    adapters = _adapters(decision, a)
+    parts = cached_pod_parts(decision, art, draft_art, *adapters.artifacts)
     # LLAMA_CACHE: where -hf downloads go (common.cpp fs_get_cache_directory).
     env = merge_named(({"name": "LLAMA_CACHE", "value": MODEL_CACHE_DIR},), parts.env)
     # tools/server: GET /health (503 while loading), GET /metrics with --metrics
@@ -208,6 +210,19 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         mounts=parts.mounts,
         bounds=FLAG_BOUNDS,
     )
+
+
+def _adapters(decision: Decision, a: ArgBuilder) -> lora.Served:
+    """spec.adapters as GGUF LoRA adapters: arg.cpp --lora FNAME (repeatable; loaded in this order, so the first is
+    id 0) and --lora-init-without-apply (loaded with scale 0: a request without a ``lora`` field gets the base
+    model)."""
+    if not decision.adapters.items:
+        return lora.Served((), ())
+    served = lora.served(decision, LORA, "gguf")
+    for _, path in served.paths:
+        a.add("--lora", path, source="spec.adapters")
+    a.add("--lora-init-without-apply", source="spec.adapters")
+    return served
 
 
 def _with_quant(repo: str, quantization: str) -> str:
@@ -286,6 +301,25 @@ PERFORMANCE = Performance(
     step_tokens=2048,
     step_tokens_source="llama-server -b (n_batch) default 2048 (common/arg.cpp)",
 )
+LORA = Lora(
+    serves=True,
+    how='a request\'s lora field selects an adapter by its place in spec.adapters ([{"id": N, "scale": 1}]); '
+    "the OpenAI model field is not used to choose one",
+    formats=frozenset({"gguf"}),
+    max_rank=1024,
+    rank_choices=(),
+    default_rank=1024,
+    architectures=frozenset(),
+    target_modules=frozenset(),
+    runtime="",
+    prefix_cache=True,
+    speculative=frozenset({"draft"}),
+    dora=False,
+    source=f"llama.cpp {VERSION}: common/arg.cpp --lora, --lora-init-without-apply; tools/server/server-common.cpp "
+    "parse_lora_request (the request's lora field); src/llama-adapter.cpp (GGUF adapters of the model's "
+    "architecture, from convert_lora_to_gguf.py)",
+)
+
 
 CARD = EngineCard(
     name=ENGINE,
@@ -321,6 +355,7 @@ CARD = EngineCard(
     autoscaling=AUTOSCALING,
     prefix_cache_caveat="",
     auto_batching={},
+    lora=LORA,
     summary="GGUF on CPU or GPU: quantized weights and KV cache, continuous batching over slots, draft speculation",
     render=container,
     flag_bounds=FLAG_BOUNDS,

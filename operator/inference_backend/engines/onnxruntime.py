@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
-from inference_backend.engines import artifacts, runners
+from inference_backend.engines import artifacts, lora, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, device_image, placement
 from inference_backend.engines.card import NOT_MEASURED_ON_GPU, Efficiency, EngineCard, Performance, Platforms, Profile
 from inference_backend.engines.profiles_7b import measured_rows
@@ -103,4 +103,9 @@ CARD = EngineCard(
     "onnxruntime-genai format model (genai_config.json), without it, and the server logs so",
     auto_batching={"cpu": "continuous"},
     flag_bounds={},  # Python ints: no bounded flag
+    lora=lora.no_lora(
+        "our ONNX Runtime server runs one exported graph: it loads no LoRA adapters (merge the adapter "
+        "into the weights before exporting, or choose another backend)",
+        "runners/onnx/ of this repository",
+    ),
 )

@@ -10,7 +10,14 @@ from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
-from inference_backend.engines.card import NOT_MEASURED_ON_GPU, Efficiency, EngineCard, Performance, Profile
+from inference_backend.engines.card import (
+    NOT_MEASURED_ON_GPU,
+    Efficiency,
+    EngineCard,
+    Lora,
+    Performance,
+    Profile,
+)
 from inference_backend.engines.profiles_7b import measured_rows
 from inference_backend.engines.profiles_measured import MEASURED_CPU
 
@@ -40,8 +47,34 @@ def _extra(decision: Decision, a: ArgBuilder, notes: list[str]) -> artifacts.Art
 
 def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> EngineContainer:
     return runners.container(
-        decision, spec, name, engine=ENGINE, image=IMAGE, command=COMMAND, strategies=STRATEGIES, extra=_extra
+        decision,
+        spec,
+        name,
+        engine=ENGINE,
+        image=IMAGE,
+        command=COMMAND,
+        strategies=STRATEGIES,
+        extra=_extra,
+        lora_card=LORA,
     )
+
+
+LORA = Lora(
+    serves=True,
+    how="the OpenAI model field names the adapter (--adapter NAME=PATH); each batch runs one adapter or the base",
+    formats=frozenset({"peft"}),
+    max_rank=1024,
+    rank_choices=(),
+    default_rank=1024,
+    architectures=frozenset(),
+    target_modules=frozenset(),
+    runtime="",
+    prefix_cache=True,
+    speculative=frozenset(),
+    dora=True,
+    source="runners/pytorch/adapters.py of this repository: PEFT's LoraModel on the Transformers model (any "
+    "architecture and module PEFT adapts, DoRA included); the prefix cache is kept per adapter",
+)
 
 
 # Our PyTorch eager runner: every batching strategy, prefix cache, assisted generation with a draft.
@@ -104,4 +137,5 @@ CARD = EngineCard(
     prefix_cache_caveat="",
     auto_batching={},
     flag_bounds={},  # Python ints: no bounded flag
+    lora=LORA,
 )

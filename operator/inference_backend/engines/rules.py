@@ -99,6 +99,18 @@ def spec_rules(registry: Sequence[EngineCard]) -> tuple[Rule, ...]:
             )
         )
     rules.extend(_bound_rules(registry))
+    no_lora = [c.name for c in registry if not c.lora.serves]
+    if no_lora:
+        serves = [c.name for c in registry if c.name not in no_lora]
+        rules.append(
+            Rule(
+                "spec.adapters",
+                f"!has(self.adapters) || size(self.adapters) == 0 || !(self.backend in {_quoted(no_lora)})",
+                f"adapters: {_and(no_lora)} serve{'s' if len(no_lora) == 1 else ''} no LoRA adapters: backend must be "
+                f"{_or([*serves, 'auto'])}, or no adapters",
+                lambda s: not s.adapters or s.backend not in no_lora,
+            )
+        )
     return tuple(rules)
 
 

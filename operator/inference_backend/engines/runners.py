@@ -10,7 +10,7 @@ from collections.abc import Callable
 from inference_backend import __version__
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
-from inference_backend.engines import artifacts
+from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
@@ -25,7 +25,7 @@ from inference_backend.engines.base import (
     served_name,
     shm_volume,
 )
-from inference_backend.engines.card import Autoscaling, Platforms, ScalingSignal, Signal
+from inference_backend.engines.card import Autoscaling, Lora, Platforms, ScalingSignal, Signal
 
 PLATFORMS = Platforms(
     frozenset({"amd64", "arm64"}),
@@ -57,6 +57,7 @@ def container(
     command: tuple[str, ...],
     strategies: tuple[str, ...],
     extra: Extra,
+    lora_card: Lora | None = None,
 ) -> EngineContainer:
     p = placement(decision)
     model = decision.model
@@ -90,8 +91,15 @@ def container(
     if spec.kv_cache.block_size != 16:
         notes.append(f"kvCache.blockSize: the {engine} runner's prefix cache uses fixed 16-token blocks; ignored")
     draft_art = extra(decision, a, notes)
+    adapters = lora.Served((), ())
+    if decision.adapters.items:
+        assert lora_card is not None and lora_card.serves  # the selection never places adapters on the others
+        adapters = lora.served(decision, lora_card)
+        # pytorch/args.py --adapter NAME=PATH (repeatable): a PEFT adapter served under NAME (the `model` field)
+        for adapter_name, path in adapters.paths:
+            a.add("--adapter", f"{adapter_name}={path}", source="spec.adapters")
 
-    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art)
+    art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art, *adapters.artifacts)
     shm_vols, shm_mounts = shm_volume(decision)
     env = art_env
     # common/server.py: GET /health (503 until loaded), GET /metrics on the API port

@@ -13,7 +13,7 @@ import math
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision, InvalidSpec, ResolvedModel
-from inference_backend.engines import artifacts
+from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
@@ -35,6 +35,7 @@ from inference_backend.engines.card import (
     Autoscaling,
     Efficiency,
     EngineCard,
+    Lora,
     Performance,
     Platforms,
     Profile,
@@ -107,9 +108,10 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         a.add("--chunked-prefill-size", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
     draft_art = _speculative(decision, model, a)
     a.add("--enable-metrics", source="the operator (Prometheus /metrics)")  # fields/observability.py
+    adapters = _adapters(decision, a)
     worker = _multi_node(a, placement(decision).pipeline_parallel)
 
-    parts = cached_pod_parts(decision, art, draft_art)
+    parts = cached_pod_parts(decision, art, draft_art, *adapters.artifacts)
     env = merge_named(
         # HF_HOME: where huggingface_hub (SGLang's hf loader) caches downloads.
         ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
@@ -134,6 +136,21 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         worker=worker,
         worker_serves_health=True,
     )
+
+
+def _adapters(decision: Decision, a: ArgBuilder) -> lora.Served:
+    """spec.adapters: fields/lora.py enable_lora, lora_paths (``<NAME>=<PATH>``, nargs='*', LoRAPathAction) and
+    max_lora_rank ("If not specified, it will be automatically inferred from the adapters provided in
+    --lora-paths": rendered only when every adapter declares its rank)."""
+    chosen = decision.adapters
+    if not chosen.items:
+        return lora.Served((), ())
+    served = lora.served(decision, LORA)
+    a.add("--enable-lora", source="spec.adapters")
+    a.add("--lora-paths", *(f"{name}={path}" for name, path in served.paths), source="spec.adapters")
+    if all(item.rank is not None for item in chosen.items):
+        a.add("--max-lora-rank", chosen.max_rank, source="spec.adapters[].rank")
+    return served
 
 
 DIST_INIT_PORT = 20000
@@ -247,6 +264,51 @@ PERFORMANCE = Performance(
     step_tokens_source="SGLang chunked_prefill_size default on 80 GB-class GPUs (server_args.py: 8192; 2048-4096 "
     "on smaller ones)",
 )
+_LORA_SRC = (
+    f"SGLang {VERSION}: srt/arg_groups/fields/lora.py (enable_lora, lora_paths NAME=PATH, max_lora_rank "
+    "inferred from the adapters), srt/utils/common.py SUPPORTED_LORA_TARGET_MODULES, "
+    "srt/entrypoints/openai/serving_base.py _parse_model_parameter ('base-model:adapter-name'), "
+    "srt/lora/lora_manager.py validate_new_adapter (no DoRA, no added tokens), srt/arg_groups/lora_hook.py "
+    "check_lora_speculative_compatibility (NGRAM, EAGLE, EAGLE3 only: not STANDALONE)"
+)
+LORA = Lora(
+    serves=True,
+    how="the OpenAI model field is '<servedName>:<adapter name>' (a bare adapter name is taken as the base model)",
+    formats=frozenset({"peft"}),
+    max_rank=1024,
+    rank_choices=(),
+    default_rank=1024,
+    architectures=frozenset(),
+    target_modules=frozenset(
+        {
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "q_a_proj",
+            "kv_a_proj_with_mqa",
+            "q_b_proj",
+            "kv_b_proj",
+            "wq_b",
+            "wk",
+            "weights_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+            "qkv_proj",
+            "gate_up_proj",
+            "embed_tokens",
+            "lm_head",
+            "qkvr",
+            "wo_ud",
+        }
+    ),
+    runtime="",
+    prefix_cache=True,
+    speculative=frozenset({"ngram"}),
+    dora=False,
+    source=_LORA_SRC,
+)
 
 CARD = EngineCard(
     name=ENGINE,
@@ -289,4 +351,5 @@ CARD = EngineCard(
     prefix_cache_caveat="",
     auto_batching={},
     flag_bounds={},  # Python ints: no bounded flag
+    lora=LORA,
 )

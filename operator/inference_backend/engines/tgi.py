@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision
-from inference_backend.engines import artifacts
+from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
@@ -33,6 +33,7 @@ from inference_backend.engines.card import (
     Autoscaling,
     Efficiency,
     EngineCard,
+    Lora,
     Performance,
     Platforms,
     Profile,
@@ -126,8 +127,16 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
             "in OpenAI requests; the name is not enforced"
         )
 
-    parts = cached_pod_parts(decision, art)
+    adapters = lora.served(decision, LORA) if decision.adapters.items else lora.Served((), ())
+    parts = cached_pod_parts(decision, art, *adapters.artifacts)
+    # main.rs lora_adapters (env LORA_ADAPTERS): comma-separated adapter ids, each `id` or `id=path`
+    # (server/text_generation_server/utils/adapter.py parse_lora_adapters); a request names one in `adapter_id`, or
+    # through the OpenAI `model` field (router/src/lib.rs: adapter_id = model unless "tgi").
+    lora_env = (
+        ({"name": "LORA_ADAPTERS", "value": ",".join(f"{n}={p}" for n, p in adapters.paths)},) if adapters.paths else ()
+    )
     env = merge_named(
+        lora_env,
         # main.rs resolve_attention(): PREFIX_CACHING env ("0" disables; unset = on for most models).
         ({"name": "PREFIX_CACHING", "value": "1" if decision.prefix_cache else "0"},),
         # main.rs huggingface_hub_cache (env HUGGINGFACE_HUB_CACHE): where hub downloads go.
@@ -137,6 +146,8 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         parts.env,  # HF_TOKEN: read by the launcher (get_config) and the shards
     )
     reserved = {_env_name(f.name): f.source for f in a.flags}
+    if adapters.paths:
+        reserved["LORA_ADAPTERS"] = "spec.adapters"
     # router: GET /health, GET /metrics on the API port
     return assemble(
         engine=ENGINE,
@@ -229,6 +240,27 @@ PERFORMANCE = Performance(
     step_tokens=4096,
     step_tokens_source="TGI max_batch_prefill_tokens default 4096 (launcher main.rs)",
 )
+_LORA_SRC = (
+    f"TGI {VERSION}: launcher/src/main.rs lora_adapters (env LORA_ADAPTERS), "
+    "server/text_generation_server/utils/adapter.py (PEFT adapters, `id=path`), router/src/lib.rs (the "
+    "OpenAI model field is the adapter_id), launcher resolve_attention (prefix caching off with adapters); "
+    "read at stored commits, not the 3.3.7 tag (tests/contracts/data/tgi-3.3.7-launcher.json says which)"
+)
+LORA = Lora(
+    serves=True,
+    how="the OpenAI model field names the adapter (any other value, or 'tgi', is the base model)",
+    formats=frozenset({"peft"}),
+    max_rank=1024,
+    rank_choices=(),
+    default_rank=1024,
+    architectures=frozenset(),
+    target_modules=frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}),
+    runtime="",
+    prefix_cache=False,
+    speculative=frozenset({"ngram"}),
+    dora=False,
+    source=_LORA_SRC,
+)
 
 CARD = EngineCard(
     name=ENGINE,
@@ -271,4 +303,5 @@ CARD = EngineCard(
     prefix_cache_caveat="",
     auto_batching={},
     flag_bounds=FLAG_BOUNDS,
+    lora=LORA,
 )

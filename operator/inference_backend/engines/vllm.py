@@ -13,7 +13,7 @@ import json
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision, InvalidSpec, ResolvedModel
-from inference_backend.engines import artifacts
+from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
     HTTP_PORT,
@@ -37,11 +37,13 @@ from inference_backend.engines.card import (
     Efficiency,
     EngineCard,
     GpuVendor,
+    Lora,
     Performance,
     Platforms,
     Profile,
     ScalingSignal,
 )
+from inference_backend.engines.vllm_lora import LORA_ARCHITECTURES
 
 ENGINE = "vllm"
 OWN_HF_LOADER = True  # downloads hf:// repositories itself (see artifacts.py)
@@ -150,9 +152,10 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # VllmConfig.speculative_config (JSON; SpeculativeConfig keys method, model, num_speculative_tokens,
         # prompt_lookup_max, prompt_lookup_min)
         a.add("--speculative-config", spec_cfg, source="spec.speculativeDecoding")
+    adapters = _adapters(decision, a)
     worker = _multi_node(a, placement(decision).pipeline_parallel)
 
-    parts = cached_pod_parts(decision, art, draft_art)
+    parts = cached_pod_parts(decision, art, draft_art, *adapters.artifacts)
     env = merge_named(
         # HF_HOME: where huggingface_hub (vLLM's hf:// loader) caches downloads.
         ({"name": "HF_HOME", "value": MODEL_CACHE_DIR},),
@@ -178,6 +181,30 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         mounts=parts.mounts,
         worker=worker,
     )
+
+
+MAX_GPU_LORAS = 8
+"""--max-loras at most: the adapters one batch mixes, each with a GPU slot of --max-lora-rank; more adapters wait in
+CPU memory (--max-cpu-loras) and swap in."""
+
+
+def _adapters(decision: Decision, a: ArgBuilder) -> lora.Served:
+    """spec.adapters: config/lora.py LoRAConfig (--enable-lora, --max-loras, --max-lora-rank, --max-cpu-loras) and
+    entrypoints/openai/cli_args.py --lora-modules NAME=PATH (nargs='+'): each served under its name in the OpenAI
+    ``model`` field."""
+    chosen = decision.adapters
+    if not chosen.items:
+        return lora.Served((), ())
+    served = lora.served(decision, LORA)
+    src = "spec.adapters"
+    a.add("--enable-lora", source=src)
+    a.add("--lora-modules", *(f"{name}={path}" for name, path in served.paths), source=src)
+    slots = min(len(served.paths), MAX_GPU_LORAS)
+    a.add("--max-loras", slots, source=src)
+    if len(served.paths) > slots:
+        a.add("--max-cpu-loras", len(served.paths), source=src)
+    a.add("--max-lora-rank", chosen.max_rank, source="spec.adapters[].rank")
+    return served
 
 
 MASTER_PORT = 29501
@@ -310,6 +337,29 @@ PERFORMANCE = Performance(
     step_tokens_source="vLLM max_num_batched_tokens default for the OpenAI server (EngineArgs._set_default_args: "
     "8192 on GPUs of 70 GiB or more, else 2048)",
 )
+_LORA_SRC = (
+    f"vLLM {VERSION}: vllm/config/lora.py (LoRAConfig: MaxLoRARanks 1, 8, 16, 32, 64, 128, 256, 320, 512, "
+    "default 16; max_loras default 1), vllm/lora/peft_helper.py (PEFT adapters; no DoRA, no lora_bias), "
+    "entrypoints/openai/models/protocol.py LoRAModulePath (--lora-modules NAME=PATH), vllm/envs.py "
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING and entrypoints/serve/lora/api_router.py /v1/load_lora_adapter; the "
+    "architectures are the model classes implementing SupportsLoRA (engines/vllm_lora.py, checked against "
+    "vLLM's registry by tests/contracts/test_vllm_lora.py)"
+)
+LORA = Lora(
+    serves=True,
+    how="the OpenAI model field names the adapter (--lora-modules NAME=PATH)",
+    formats=frozenset({"peft"}),
+    max_rank=512,
+    rank_choices=(1, 8, 16, 32, 64, 128, 256, 320, 512),
+    default_rank=16,
+    architectures=LORA_ARCHITECTURES,
+    target_modules=frozenset(),
+    runtime="POST /v1/load_lora_adapter and /v1/unload_lora_adapter (VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)",
+    prefix_cache=True,
+    speculative=frozenset({"draft", "ngram"}),
+    dora=False,
+    source=_LORA_SRC,
+)
 
 CARD = EngineCard(
     name=ENGINE,
@@ -345,4 +395,5 @@ CARD = EngineCard(
     prefix_cache_caveat="",
     auto_batching={},
     flag_bounds={},  # Python ints: no bounded flag
+    lora=LORA,
 )

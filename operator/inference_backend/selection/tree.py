@@ -36,6 +36,7 @@ from inference_backend.engines import NAMES as ENGINES
 from inference_backend.engines import EngineCard, card, check_spec
 from inference_backend.facts import VENDOR_TITLES, ClusterFacts, Pool, capacity, pod_selector, pool_of, reserved
 from inference_backend.quantity import gib
+from inference_backend.selection.adapters import adapter_plan, lora_refusal
 from inference_backend.selection.hardware import Expression, UsableClass, gpu_node_exclusion, usable_classes
 from inference_backend.selection.model import draft_incompatibility, resolve_draft, resolve_model
 from inference_backend.selection.multinode import engines_across_nodes, multi_node_layout, multi_node_options, needs
@@ -132,6 +133,8 @@ def select(
                 f"it may not scale to zero (spec.autoscaling.minReplicas 0): its cold start takes "
                 f"{caps.autoscaling.cold_start}"
             )
+        elif spec.adapters and (why := lora_refusal(caps, spec, model)):
+            rejected[engine] = why
     candidates = [e for e in ENGINES if e not in rejected]
     reasons.append(
         f"format {model.format}, quantization {model.quantization}: candidates {', '.join(candidates) or 'none'}"
@@ -594,11 +597,20 @@ def _finish(
         reasons.append(f"batching: {resolved}" + (" (auto)" if strategy == "auto" else ""))
     if resolved == "continuous" and spec.batching.max_wait_millis is not None:
         unsupported.append("batching.maxWaitMillis: continuous batching admits requests every step; ignored")
+    adapters, adapter_notes = adapter_plan(spec, caps)
+    reasons.extend(adapter_notes)
     prefix = spec.prefix_cache.enabled and caps.prefix_cache
+    if prefix and adapters.items and not caps.lora.prefix_cache:
+        prefix = False
+        unsupported.append(f"prefixCache: {caps.name} turns its prefix cache off while LoRA adapters are loaded")
     caveat = f" ({caps.prefix_cache_caveat})" if prefix and caps.prefix_cache_caveat else ""
     reasons.append(f"prefix cache: {'on' if prefix else 'off'}{caveat}")
     kv_dtype = spec.kv_cache.dtype if spec.kv_cache.dtype in caps.kv_dtypes else "auto"
     speculation = _speculation(spec, draft, draft_why, choice, caps)
+    if speculation.enabled and adapters.items and speculation.method not in caps.lora.speculative:
+        speculation = Speculation(
+            False, f"{caps.name} has no {speculation.method} speculation with LoRA adapters loaded (spec.adapters)"
+        )
     reasons.append(f"speculative decoding: {'on' if speculation.enabled else 'off'} ({speculation.reason})")
     b = spec.batching
     return Decision(
@@ -618,6 +630,7 @@ def _finish(
         plan=plan,
         host=choice.host,
         avoid_labels=avoid,
+        adapters=adapters,
     )
 
 
