@@ -100,7 +100,12 @@ SMALL = _plan({"model": LLAMA})
 SCALED = _plan({"model": LLAMA, "autoscaling": AUTO})
 FIXED2 = _plan({"model": LLAMA, "replicas": 2})
 MULTI = _plan({"model": BIG})
+ROUTED = _plan({"model": LLAMA, "routing": {"inferencePool": {"enabled": True}}})
 SCALER_ENTRY = {"scaledObject": "chat", "appliedHash": "old"}
+POOL_ENTRY = {"inferencePool": "chat", "endpointPicker": "chat-epp", "appliedHash": "old"}
+PICKER = [
+    ("apply", k, "chat-epp", True, None) for k in ("ServiceAccount", "Role", "RoleBinding", "Deployment", "Service")
+]
 
 # id, plan, live children, the status before, the writes in order: (apply, kind, name, adopt check, hand-off) or
 # (delete, kind, name, failure reason)
@@ -157,6 +162,38 @@ TABLE: list[tuple[str, Plan, dict[Any, Child], dict[str, Any], list[tuple[Any, .
         _live(FIXED2, hashes={"Deployment": "x"}),
         {"autoscaling": SCALER_ENTRY},
         [("delete", "ScaledObject", "chat", "ApplyFailed"), ("apply", "Deployment", "chat", False, None)],
+    ),
+    (
+        "routing-first-apply",
+        ROUTED,
+        {},
+        {},
+        [
+            ("apply", "Deployment", "chat", True, None),
+            ("apply", "Service", "chat", True, None),
+            ("apply", "InferencePool", "chat", True, None),
+            *PICKER,
+        ],
+    ),
+    (
+        "routing-pool-recorded-in-the-status",
+        ROUTED,
+        _live(ROUTED, kinds=("Deployment", "Service")),
+        {"routing": {**POOL_ENTRY, "appliedHash": dict((m["kind"], h) for m, h in ROUTED.manifests)["InferencePool"]}},
+        [("apply", k, "chat-epp", True, None) for k in ("ServiceAccount", "Role", "RoleBinding")],
+    ),
+    (
+        "routing-off-deletes-the-pool-and-its-picker",
+        SMALL,
+        _live(SMALL),
+        {"routing": POOL_ENTRY},
+        [
+            ("delete", "InferencePool", "chat", "ApplyFailed"),
+            *[
+                ("delete", k, "chat-epp", "DeleteFailed")
+                for k in ("Deployment", "Service", "RoleBinding", "Role", "ServiceAccount")
+            ],
+        ],
     ),
     ("switch-to-lws-first-apply", MULTI, _live(SMALL), {}, [("apply", "LeaderWorkerSet", "chat-lws", True, None)]),
     ("switch-to-lws-while-it-starts", MULTI, {**_live(SMALL), **_live(MULTI, STARTING)}, {}, []),

@@ -117,15 +117,19 @@ NAMESPACED = {
     ("serving.inferencebackend.io", "models"): {"list", "watch"},
     ("serving.inferencebackend.io", "inferencebackends/status"): {"patch"},
     ("serving.inferencebackend.io", "inferencebackends/finalizers"): {"update"},
-    ("", "pods"): {"list", "watch"},
+    ("", "pods"): {"list", "watch", "get"},
     ("apps", "deployments"): {"list", "watch", "get", "create", "patch", "delete"},
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): {"list", "watch", "get", "create", "patch", "delete"},
-    ("", "services"): {"list", "watch", "get", "create", "patch"},
+    ("", "services"): {"list", "watch", "get", "create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"list", "watch", "get", "create", "patch"},
     ("", "events"): {"create"},
     ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "create", "patch"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"get", "create", "patch"},
+    ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
 }
 
 

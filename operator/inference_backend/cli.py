@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from inference_backend.api import InferenceBackend
 from inference_backend.bench.run import add_arguments as add_bench_arguments
@@ -208,39 +209,8 @@ def _inspect_adapter(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="inference-backend", description=__doc__.splitlines()[0] if __doc__ else "")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sel = sub.add_parser("select", help="run the selection tree on InferenceBackend manifests against a node list")
-    ren = sub.add_parser("render", help="print the Kubernetes objects the operator would apply (multi-doc YAML)")
-    for p in (sel, ren):
-        p.add_argument("-f", "--file", required=True, help="YAML with InferenceBackend(s) (and optionally Models)")
-        p.add_argument(
-            "--nodes",
-            required=True,
-            help="a kind: List of v1 Nodes (and the ResourceSlices of GPU DRA "
-            "drivers), as `kubectl get nodes,resourceslices -o yaml`",
-        )
-        p.add_argument("--models", action="append", help="YAML with Model objects (repeatable)")
-    sel.add_argument("-o", "--output", choices=("json", "text"), default="text")
-    from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
-
-    ren.add_argument(
-        "--prometheus-address",
-        default=DEFAULT_PROMETHEUS,
-        help="serverAddress of the ScaledObjects of spec.autoscaling, as the operator's flag",
-    )
-    ren.add_argument(
-        "--autoscaling-label-matchers",
-        default=DEFAULT_MATCHERS,
-        help="PromQL label matchers of one backend's series, as the operator's flag",
-    )
-    from inference_backend import images
-
-    images.add_arguments(ren)
-    add_host_path_argument(ren, os.environ)
-    sel.set_defaults(func=cmd_select)
-    ren.set_defaults(func=cmd_render)
+def _fetch_parsers(sub: Any) -> None:
+    """`fetch` and `adapter check` (the init containers' commands)."""
     fet = sub.add_parser("fetch", help="copy model weights (s3://, gs://, hf://, https://) into a directory")
     fet.add_argument("uri", help="a file or a prefix: s3://bucket/key, gs://bucket/prefix/, hf://org/repo")
     fet.add_argument("dir", help="destination directory (created if missing)")
@@ -275,6 +245,42 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("dir", help="the adapter: a PEFT directory, or a directory holding one GGUF adapter file")
     _adapter_flags(chk, required=True)
     chk.set_defaults(func=cmd_adapter_check)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inference-backend", description=__doc__.splitlines()[0] if __doc__ else "")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sel = sub.add_parser("select", help="run the selection tree on InferenceBackend manifests against a node list")
+    ren = sub.add_parser("render", help="print the Kubernetes objects the operator would apply (multi-doc YAML)")
+    for p in (sel, ren):
+        p.add_argument("-f", "--file", required=True, help="YAML with InferenceBackend(s) (and optionally Models)")
+        p.add_argument(
+            "--nodes",
+            required=True,
+            help="a kind: List of v1 Nodes (and the ResourceSlices of GPU DRA "
+            "drivers), as `kubectl get nodes,resourceslices -o yaml`",
+        )
+        p.add_argument("--models", action="append", help="YAML with Model objects (repeatable)")
+    sel.add_argument("-o", "--output", choices=("json", "text"), default="text")
+    from inference_backend.autoscaling import DEFAULT_MATCHERS, DEFAULT_PROMETHEUS
+
+    ren.add_argument(
+        "--prometheus-address",
+        default=DEFAULT_PROMETHEUS,
+        help="serverAddress of the ScaledObjects of spec.autoscaling, as the operator's flag",
+    )
+    ren.add_argument(
+        "--autoscaling-label-matchers",
+        default=DEFAULT_MATCHERS,
+        help="PromQL label matchers of one backend's series, as the operator's flag",
+    )
+    from inference_backend import images
+
+    images.add_arguments(ren)
+    add_host_path_argument(ren, os.environ)
+    sel.set_defaults(func=cmd_select)
+    ren.set_defaults(func=cmd_render)
+    _fetch_parsers(sub)
     ben = sub.add_parser("bench", help="load-test an OpenAI-compatible endpoint with guidellm (JSON, PNG, table)")
     add_bench_arguments(ben)
     ben.set_defaults(func=cmd_bench)

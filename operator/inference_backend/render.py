@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from inference_backend import autoscaling, images
+from inference_backend import autoscaling, images, routing
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision, InvalidSpec
 from inference_backend.engines import ENGINES, EngineContainer, card
@@ -390,6 +390,7 @@ def render_result(
         *weights_claim(ib, decision, lbl),
         deployment,
         *_service_and_pdb(ib, c, lbl, selector_labels(ib)),
+        *_routing(ib, selector_labels(ib), lbl, image_policy),
     ]
     if spec.autoscaling is not None:
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
@@ -566,6 +567,16 @@ def _service_and_pdb(
     return objects
 
 
+def _routing(
+    ib: InferenceBackend, serving: dict[str, str], lbl: dict[str, str], image_policy: images.Policy
+) -> list[Json]:
+    """spec.routing.inferencePool: the InferencePool over the pods the Service selects, and its endpoint picker
+    (routing.py)."""
+    if not ib.spec.routing.inference_pool.enabled:
+        return []
+    return routing.objects(ib, serving, lbl, image_policy)
+
+
 def _spread(template: Json, ib: InferenceBackend) -> None:
     """The pods of one group on distinct nodes: a required pod anti-affinity on kubernetes.io/hostname against this
     backend's pods with the same group key (``matchLabelKeys``: the apiserver adds the pod's own group-key value to
@@ -656,7 +667,13 @@ def _multi_node(
             "remove spec.autoscaling and set spec.replicas, or choose GPUs where one node holds a replica",
         )
     serving = {**selector_labels(ib), WORKER_INDEX_LABEL: "0"}
-    objects = [*claim, *weights_claim(ib, decision, lbl), lws, *_service_and_pdb(ib, c, lbl, serving)]
+    objects = [
+        *claim,
+        *weights_claim(ib, decision, lbl),
+        lws,
+        *_service_and_pdb(ib, c, lbl, serving),
+        *_routing(ib, serving, lbl, image_policy),
+    ]
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 
 

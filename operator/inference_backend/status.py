@@ -131,6 +131,9 @@ class Input:
     """With spec.autoscaling and a satisfiable decision: the Autoscaling condition and status.autoscaling."""
     rollout: Choice | None = None
     """How the Deployment's pods are replaced (status.rollout)."""
+    routing: Mapping[str, Any] | None = None
+    """spec.routing.inferencePool: the InferencePool applied and its picker (status.routing), or why not (its CRD is
+    missing: ``message``)."""
 
     @property
     def satisfiable(self) -> bool:
@@ -271,6 +274,8 @@ def _notes(inp: Input) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if inp.scaler is not None and inp.scaler.applied is not None:
         out["autoscaling"] = inp.scaler.applied
+    if inp.routing is not None:
+        out["routing"] = dict(inp.routing)
     if inp.rollout is not None and (rollout := inp.rollout.to_status()) is not None:
         said = (inp.previous or {}).get("rollout") or {}
         if inp.rollout.kept and said.get("strategy") == rollout["strategy"]:

@@ -21,6 +21,11 @@ KEDA_API_VERSION = f"{KEDA_GROUP}/{KEDA_VERSION}"
 KEDA_CRD = f"scaledobjects.{KEDA_GROUP}"
 """KEDA's ScaledObject CRD, which spec.autoscaling needs; absent on clusters without KEDA."""
 
+INFERENCE_POOL_GROUP, INFERENCE_POOL_VERSION = "inference.networking.k8s.io", "v1"
+INFERENCE_POOL_API_VERSION = f"{INFERENCE_POOL_GROUP}/{INFERENCE_POOL_VERSION}"
+INFERENCE_POOL_CRD = f"inferencepools.{INFERENCE_POOL_GROUP}"
+"""The Gateway API Inference Extension's InferencePool CRD, which spec.routing.inferencePool needs."""
+
 # -- labels -------------------------------------------------------------------------------------------------------
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"

@@ -35,7 +35,8 @@ from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.controller.plan import Plan
 from inference_backend.controller.world import WORKLOADS, Child, Recent, World
 from inference_backend.render import lws_name
-from inference_backend.vocabulary import AUTOSCALER, KEDA_CRD, LWS_CRD, LWS_GROUP, LWS_VERSION
+from inference_backend.routing import PICKER_VERSION, picker_name_of
+from inference_backend.vocabulary import AUTOSCALER, INFERENCE_POOL_CRD, KEDA_CRD, LWS_CRD, LWS_GROUP, LWS_VERSION
 
 Json = dict[str, Any]
 Key = tuple[str, str, str]
@@ -63,6 +64,27 @@ def _keda_missing(plan: Plan, name: str, error: str) -> str:
         f"the CRD {KEDA_CRD} (KEDA) is not installed, so ScaledObject {name} cannot be created: {error}; the "
         f"Deployment keeps its replicas; tried again every {SCALER_RETRY:.0f} s"
     )
+
+
+def _pool_missing(plan: Plan, name: str, error: str) -> str:
+    return (
+        f"the CRD {INFERENCE_POOL_CRD} (Gateway API Inference Extension) is not installed, so InferencePool {name} "
+        f"cannot be created: {error}; install its CRDs ({PICKER_VERSION}, docs/routing.md); the Service keeps "
+        f"serving; tried again every {CRD_RECHECK:.0f} s"
+    )
+
+
+def _pool_entry(manifest: Json, applied_hash: str, plan: Plan) -> Json:
+    """status.routing: the InferencePool and the endpoint picker it names, and the pool's applied hash."""
+    return {
+        "inferencePool": manifest["metadata"]["name"],
+        "endpointPicker": manifest["spec"]["endpointPickerRef"]["name"],
+        "appliedHash": applied_hash,
+    }
+
+
+PICKER_KINDS = ("Deployment", "Service", "RoleBinding", "Role", "ServiceAccount")
+"""The endpoint picker's children, deleted with the InferencePool when spec.routing.inferencePool goes off."""
 
 
 def _scaler_entry(manifest: Json, applied_hash: str, plan: Plan) -> Json:
@@ -98,6 +120,8 @@ class ChildKind:
     status_entry: Callable[[Json, str, Plan], Json] | None = None
     name_field: str = "name"
     """The field of the status entry naming the child (to delete it once the plan no longer has it)."""
+    with_it: tuple[tuple[str, Callable[[str], str]], ...] = ()
+    """(kind, name from the backend's) of the children deleted with this unwatched one."""
 
 
 CHILDREN: tuple[ChildKind, ...] = (
@@ -112,6 +136,23 @@ CHILDREN: tuple[ChildKind, ...] = (
     ),
     ChildKind("Service"),
     ChildKind("PodDisruptionBudget"),
+    # spec.routing.inferencePool (routing.py): the pool is recorded in status.routing (its CRD may be absent) and
+    # takes its picker's children with it when routing is turned off. The picker's Deployment is watched (as every
+    # Deployment we label); its ServiceAccount, Role and RoleBinding are not indexed, like the claims above.
+    ChildKind(
+        "InferencePool",
+        watched=False,
+        crd=INFERENCE_POOL_CRD,
+        missing=_pool_missing,
+        status_key="routing",
+        status_entry=_pool_entry,
+        name_field="inferencePool",
+        with_it=tuple((kind, picker_name_of) for kind in PICKER_KINDS),
+    ),
+    ChildKind("Deployment", name=picker_name_of),
+    ChildKind("ServiceAccount"),
+    ChildKind("Role"),
+    ChildKind("RoleBinding"),
     ChildKind(
         "ScaledObject",
         watched=False,
@@ -273,6 +314,7 @@ def _stale(plan: Plan, previous: Mapping[str, Any], namespace: str, name: str) -
         if c.watched or c.kind in kinds or not entry:
             continue
         out.append(Delete(c.kind, namespace, str(entry.get(c.name_field) or name), "ApplyFailed"))
+        out.extend(Delete(kind, namespace, of(name), "DeleteFailed") for kind, of in c.with_it)
     return out
 
 

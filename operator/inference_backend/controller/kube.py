@@ -19,6 +19,8 @@ from lightkube import AsyncClient, codecs
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Service, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 from lightkube.types import CascadeType, PatchType
 
 from inference_backend.vocabulary import (
@@ -26,6 +28,8 @@ from inference_backend.vocabulary import (
     FIELD_MANAGER,
     GROUP,
     HANDOFF_MANAGER,
+    INFERENCE_POOL_GROUP,
+    INFERENCE_POOL_VERSION,
     KEDA_GROUP,
     KEDA_VERSION,
     LWS_GROUP,
@@ -39,6 +43,9 @@ ScaledObjectResource = create_namespaced_resource(KEDA_GROUP, KEDA_VERSION, "Sca
 """KEDA's ScaledObject (keda.sh/v1alpha1), registered so its manifests load; the CRD may be absent (404)."""
 # Registered with lightkube so codecs.from_dict knows the kind; the apiserver answers 404 when the CRD is absent.
 LWSResource = create_namespaced_resource(LWS_GROUP, LWS_VERSION, "LeaderWorkerSet", LWS_PLURAL)
+InferencePoolResource = create_namespaced_resource(
+    INFERENCE_POOL_GROUP, INFERENCE_POOL_VERSION, "InferencePool", "inferencepools"
+)
 log = logging.getLogger(__name__)
 
 
@@ -185,9 +192,16 @@ class Kube:
         """Delete a child we own: the workload left after a switch of child kind (its pods go with it: background
         cascade), or the ScaledObject of an InferenceBackend no longer autoscaled (KEDA then deletes its HPA).
         Already gone, or a kind whose CRD is not installed, is no error."""
-        res: Any = {"Deployment": Deployment, "LeaderWorkerSet": LWSResource, "ScaledObject": ScaledObjectResource}[
-            kind
-        ]
+        res: Any = {
+            "Deployment": Deployment,
+            "LeaderWorkerSet": LWSResource,
+            "ScaledObject": ScaledObjectResource,
+            "InferencePool": InferencePoolResource,
+            "Service": Service,
+            "ServiceAccount": ServiceAccount,
+            "Role": Role,
+            "RoleBinding": RoleBinding,
+        }[kind]
         self.writes += 1
         async with self._slots:
             try:

@@ -34,6 +34,7 @@ from inference_backend.controller.world import Recent, World
 from inference_backend.decision import Decision
 from inference_backend.pods import PodProblem, worst
 from inference_backend.render import selector_string
+from inference_backend.routing import picker_name_of
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ def _status_input(
         scaler = status.Scaler(
             plan.spec.autoscaling, recorded.get("autoscaling"), refused.get("ScaledObject"), held.overcommitted
         )
+    routing = _routing(plan, name, recorded.get("routing"), refused.get("InferencePool"))
     new, old = workloads.observed()
     kinds = (workloads.kind, workloads.old_kind) if workloads.kind and workloads.old_kind else None
     waiting = held.waiting.message(plan.replicas, plan.per_replica, plan.surging) if held.waiting else None
@@ -201,4 +203,14 @@ def _status_input(
         pod_problem=pods,
         scaler=scaler,
         rollout=plan.rollout,
+        routing=routing,
     )
+
+
+def _routing(plan: Plan, name: str, applied: Mapping[str, Any] | None, refused: str | None) -> dict[str, Any] | None:
+    """status.routing: the pool applied (its entry), or while its CRD is missing what the status says."""
+    if not plan.satisfiable or plan.spec is None or not plan.spec.routing.inference_pool.enabled:
+        return None
+    if refused is not None:
+        return {"inferencePool": name, "endpointPicker": picker_name_of(name), "message": refused}
+    return dict(applied) if applied is not None else None

@@ -1,0 +1,200 @@
+"""spec.routing.inferencePool: a Gateway API Inference Extension InferencePool over the backend's serving pods, and
+the endpoint picker it names, with its Service and least RBAC. Pure: dicts built here, applied by the controller.
+
+Cited against sigs.k8s.io/gateway-api-inference-extension v1.6.2 (the version of e2e/gomod/gie, whose CRDs and
+picker e2e runs): api/v1 InferencePool (spec.selector.matchLabels, spec.targetPorts[].number, spec.appProtocol,
+spec.endpointPickerRef{group, kind, name, port.number, failureMode}); cmd/lwepp and pkg/lwepp/server/options.go (the
+picker's flags: --pool-name, --pool-namespace, --pool-group, --grpc-port 9002, --grpc-health-port 9003,
+--metrics-port 9090, --secure-serving), runserver.go (the gRPC health service "inference-extension" turns SERVING once
+the pool is synced), controller_manager.go (it watches Pods and its InferencePool in the pool's namespace only, and
+writes nothing: a Role with get/list/watch on both is all it needs). That module's picker is the lightweight one
+(pkg/lwepp/README.md: round-robin over the pool's ready pods); the scoring picker moved to llm-d/llm-d-router, which
+the Go module proxy does not serve (docs/routing.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inference_backend import images
+from inference_backend.api import InferenceBackend
+from inference_backend.engines.base import HTTP_PORT
+from inference_backend.names import dns1035_label, label_value
+from inference_backend.vocabulary import (
+    COMPONENT_LABEL,
+    INFERENCE_POOL_API_VERSION,
+    INFERENCE_POOL_GROUP,
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    PART_OF,
+    PART_OF_LABEL,
+)
+
+Json = dict[str, Any]
+PICKER_VERSION = "v1.6.2"
+"""The Inference Extension release of the picker image and of the CRDs (e2e/gomod/gie/go.mod; a test keeps them
+equal)."""
+PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/lwepp:{PICKER_VERSION}"
+"""The lightweight EPP image the module's Makefile builds (LWEPP_IMAGE_NAME lwepp, from lwepp.Dockerfile:
+distroless static, nonroot), as the Kubernetes image promotion publishes staging images."""
+PICKER_COMPONENT = "endpoint-picker"
+GRPC_PORT, HEALTH_PORT, METRICS_PORT = 9002, 9003, 9090
+HEALTH_SERVICE = "inference-extension"
+PICKER_USER = 65532
+"""distroless/static:nonroot's user."""
+
+
+def pool_name(ib: InferenceBackend) -> str:
+    """The InferencePool: the InferenceBackend's name (a DNS subdomain, as the CRD's metadata.name)."""
+    return ib.metadata.name
+
+
+def picker_name(ib: InferenceBackend) -> str:
+    """The picker's Deployment, Service, ServiceAccount, Role and RoleBinding: a DNS-1035 label (the Service's rule)."""
+    return picker_name_of(ib.metadata.name)
+
+
+def picker_name_of(backend: str) -> str:
+    """The picker's name for the InferenceBackend named ``backend``."""
+    return dns1035_label(f"{backend}-epp")
+
+
+def _labels(ib: InferenceBackend) -> dict[str, str]:
+    return {
+        NAME_LABEL: "lwepp",
+        INSTANCE_LABEL: label_value(ib.metadata.name),
+        COMPONENT_LABEL: PICKER_COMPONENT,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        PART_OF_LABEL: PART_OF,
+    }
+
+
+def _meta(ib: InferenceBackend, name: str, labels: dict[str, str]) -> Json:
+    return {"name": name, "namespace": ib.metadata.namespace or "default", "labels": dict(labels)}
+
+
+def objects(
+    ib: InferenceBackend,
+    serving: dict[str, str],
+    pool_labels: dict[str, str],
+    image_policy: images.Policy = images.EMPTY,
+) -> list[Json]:
+    """The InferencePool over the pods ``serving`` selects (every replica's pod, or a LeaderWorkerSet's leaders), and
+    its picker: ServiceAccount, Role, RoleBinding, Deployment, Service. ``pool_labels``: the backend's labels."""
+    name, picker = pool_name(ib), picker_name(ib)
+    lbl = _labels(ib)
+    pool: Json = {
+        "apiVersion": INFERENCE_POOL_API_VERSION,
+        "kind": "InferencePool",
+        "metadata": _meta(ib, name, pool_labels),
+        "spec": {
+            "selector": {"matchLabels": dict(serving)},
+            "targetPorts": [{"number": HTTP_PORT}],
+            "appProtocol": "http",
+            # FailClose (the CRD's default, written out): no picker, no request, rather than a blind one
+            "endpointPickerRef": {
+                "group": "",
+                "kind": "Service",
+                "name": picker,
+                "port": {"number": GRPC_PORT},
+                "failureMode": "FailClose",
+            },
+        },
+    }
+    account: Json = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(ib, picker, lbl)}
+    role: Json = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(ib, picker, lbl),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [INFERENCE_POOL_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
+        ],
+    }
+    binding: Json = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(ib, picker, lbl),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": picker},
+        "subjects": [{"kind": "ServiceAccount", "name": picker, "namespace": ib.metadata.namespace or "default"}],
+    }
+    return [pool, account, role, binding, _deployment(ib, picker, lbl, image_policy), _service(ib, picker, lbl)]
+
+
+def _deployment(ib: InferenceBackend, picker: str, lbl: dict[str, str], image_policy: images.Policy) -> Json:
+    namespace = ib.metadata.namespace or "default"
+    health = {"grpc": {"port": HEALTH_PORT, "service": HEALTH_SERVICE}}
+    container: Json = {
+        "name": "lwepp",
+        "image": PICKER_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "args": [
+            "--pool-name",
+            pool_name(ib),
+            "--pool-namespace",
+            namespace,
+            "--pool-group",
+            INFERENCE_POOL_GROUP,
+            "--grpc-port",
+            str(GRPC_PORT),
+            "--grpc-health-port",
+            str(HEALTH_PORT),
+            "--metrics-port",
+            str(METRICS_PORT),
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {**health, "periodSeconds": 2},
+        "livenessProbe": {**health, "initialDelaySeconds": 5, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": PICKER_USER,
+            "runAsGroup": PICKER_USER,
+        },
+    }
+    pod_spec: Json = {
+        "serviceAccountName": picker,
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True},
+        "containers": [container],
+    }
+    pod_spec = images.apply(pod_spec, image_policy)
+    selector = {k: lbl[k] for k in (INSTANCE_LABEL, COMPONENT_LABEL, MANAGED_BY_LABEL)}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(ib, picker, lbl),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": dict(lbl)}, "spec": pod_spec},
+        },
+    }
+
+
+def _service(ib: InferenceBackend, picker: str, lbl: dict[str, str]) -> Json:
+    selector = {k: lbl[k] for k in (INSTANCE_LABEL, COMPONENT_LABEL, MANAGED_BY_LABEL)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(ib, picker, lbl),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [
+                # the gateway's ext-proc stream: gRPC over TLS (--secure-serving, on by default: a self-signed
+                # certificate the gateways accept without verification, as upstream's guides set them up)
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }
