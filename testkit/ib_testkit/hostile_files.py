@@ -151,6 +151,7 @@ HOSTILE: dict[str, Callable[[Path], Path]] = {
     "tokenizer-deep": lambda r: _tokenizer(r, "tok-deep", '{"model":{"vocab":' + "[" * DEEP + "]" * DEEP + "}}"),
     "tokenizer-5M-values": lambda r: _tokenizer(r, "tok-many", '{"model":{"vocab":[' + "0," * 5_000_000 + "0]}}"),
     # ONNX
+    "onnx-past-2GiB": lambda r: _sparse(r / "huge.onnx", 2**31 + 10, b"\x08\x07"),
     "onnx-garbage": lambda r: (r / "garbage.onnx", (r / "garbage.onnx").write_bytes(b"\x0a\xff\xff\xff\xff\x0f"))[0],
 }
 """Each must exit 2, naming the file, within the limits."""

@@ -36,8 +36,19 @@ _DTYPES = {
 _PAST_KEY = re.compile(r"^past_key_(\d+)$|^past_key_values\.(\d+)\.key$")
 
 
+MAX_ONNX_BYTES = 2**31 - 1
+"""A model.onnx is parsed whole (protobuf has no streaming reader): at most protobuf's own 2 GiB limit, checked
+before reading (the weights of a larger model are in external data files, which are never read)."""
+
+
 def _load(path: Path) -> Any:
     onnx = import_extra("onnx", path, "ONNX")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InspectError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if size > MAX_ONNX_BYTES:
+        raise InspectError(f"{path}: {size} bytes, past protobuf's 2 GiB limit (keep the weights in external data)")
     try:
         return onnx.load(str(path), load_external_data=False)
     except OSError as exc:
