@@ -78,7 +78,8 @@ BASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
                 "parameters": "8B",
                 "servedName": "chat",
                 "credentialsSecret": "hf",
-            }
+            },
+            "adapters": [{"name": "sql", "uri": "hf://org/llama-3.1-8b-sql-lora"}],
         },
         GPU,
     ),
@@ -163,7 +164,13 @@ HOSTILE = (
     "$(USER_SECRET)$",
 )
 _PREFIXES = {"uri": ("hf://org/", "s3://bucket/", "pvc://claim/", "https://example.com/"), "": ("",)}
-CARRIED = {"spec.model.uri", "spec.model.servedName", "spec.engine.extraArgs[]", "spec.engine.env[].value"}
+CARRIED = {
+    "spec.model.uri",
+    "spec.model.servedName",
+    "spec.engine.extraArgs[]",
+    "spec.engine.env[].value",
+    "spec.adapters[].uri",
+}
 """String fields that reach a command, args or env value: each must be rendered at least once with hostile text."""
 
 
