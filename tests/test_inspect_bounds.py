@@ -89,3 +89,26 @@ def test_the_gguf_reader_agrees_with_gguf_py(tmp_path: Path) -> None:
     ]
     assert sum(t.n_elements for t in ours.tensors) == sum(int(t.n_elements) for t in ref.tensors)
     assert ours.data_start == ref.data_offset
+
+
+def test_a_hub_cache_snapshot_linking_to_its_blobs_is_read(tmp_path: Path) -> None:
+    """Links are followed only inside the directory or the hub cache repository holding it (snapshots/REV/FILE ->
+    ../../blobs/HASH, as huggingface_hub lays them out); a link elsewhere is refused (the hostile cases above)."""
+    import json
+    import struct
+
+    repo = tmp_path / "hub" / "models--org--tiny"
+    blobs, snap = repo / "blobs", repo / "snapshots" / "0123abcd"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    files = {
+        "config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1}).encode(),
+        "model.safetensors": struct.pack("<Q", len(header)) + header + bytes(16),
+    }
+    for i, (name, body) in enumerate(files.items()):
+        (blobs / f"blob{i}").write_bytes(body)
+        (snap / name).symlink_to(f"../../blobs/blob{i}")
+    res = inspect(snap, "hf://org/tiny")
+    assert res.returncode == 0, res.stderr
+    assert "parameters: 0.004K" in res.stdout

@@ -47,6 +47,12 @@ def _index(root: Path, name: str, weight_map: object) -> Path:
     return d
 
 
+def _link(d: Path, name: str, target: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).symlink_to(target)
+    return d
+
+
 def _sparse(path: Path, size: int, head: bytes = b"") -> Path:
     with path.open("wb") as f:
         f.write(head)
@@ -143,6 +149,10 @@ HOSTILE: dict[str, Callable[[Path], Path]] = {
     "index-nested-parent": lambda r: _index(r, "index-np", {"a": "sub/../../outside.safetensors"}),
     "index-nul": lambda r: _index(r, "index-nul", {"a": "a\x00.safetensors"}),
     "index-not-string": lambda r: _index(r, "index-ns", {"a": ["x.safetensors"]}),
+    "shard-link-to-environ": lambda r: _link(
+        _dir(r, "link-env", {"num_hidden_layers": 2}), "model.safetensors", Path("/proc/self/environ")
+    ),
+    "config-link-outside": lambda r: _link(r / "link-config", "config.json", r / "outside.safetensors"),
     "index-200000-shards": lambda r: _index(r, "index-many", {str(i): f"s{i}.safetensors" for i in range(200_000)}),
     # tokenizer.json (the issue's: 200 MB took 3.3 GiB)
     "tokenizer-200MB": lambda r: _tokenizer(

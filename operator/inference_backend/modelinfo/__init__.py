@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from inference_backend.api.model import Model
-from inference_backend.modelinfo.errors import InspectError
+from inference_backend.modelinfo.errors import InspectError, confined
 from inference_backend.modelinfo.facts import FIELDS, Facts
 from inference_backend.modelinfo.gguf_file import inspect_gguf
 from inference_backend.modelinfo.hf import inspect_hf, read_config, read_tokenizer
@@ -84,14 +84,14 @@ def _directory(path: Path) -> Facts:
     if onnx_files:
         facts = Facts(str(path))
         config = read_config(path, facts) if (path / "config.json").is_file() else {}
-        inspect_onnx(onnx_files[0], facts)
+        inspect_onnx(confined(path, onnx_files[0]), facts)
         read_tokenizer(path, config, facts)
         return facts
     if (path / "config.json").is_file():
         return inspect_hf(path)
     ggufs = sorted(path.glob("*.gguf"))
     if len(ggufs) == 1:
-        return inspect_gguf(ggufs[0])
+        return inspect_gguf(confined(path, ggufs[0]))
     if ggufs:
         raise InspectError(f"{path}: several GGUF files ({', '.join(f.name for f in ggufs)}): name one")
     raise InspectError(f"{path}: unknown model format: no config.json, *.onnx or *.gguf in the directory")

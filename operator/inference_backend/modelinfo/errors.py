@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,21 @@ def import_extra(module: str, path: Path, what: str) -> Any:
         raise InspectError(
             f"{path}: reading {what} needs the {module} package: pip install 'inference-backend[inspect]'"
         ) from exc
+
+
+_HUB_REPO = re.compile(r"^models--[^/]+--[^/]+$")
+
+
+def confined(directory: Path, path: Path) -> Path:
+    """``path`` (a file of ``directory``) when it resolves inside ``directory``, or inside the Hugging Face hub cache
+    repository holding it (a snapshot's files link to ../../blobs); else InspectError: a planted link to
+    /proc/self/environ or any file elsewhere is never read."""
+    resolved = path.resolve()
+    roots = [directory.resolve()]
+    for parent in (directory.absolute(), *directory.absolute().parents):
+        if _HUB_REPO.match(parent.name):
+            roots.append(parent.resolve())
+            break
+    if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        raise InspectError(f"{path}: a link to {resolved}, outside {directory}: not read")
+    return path

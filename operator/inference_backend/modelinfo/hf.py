@@ -11,7 +11,7 @@ from typing import Any
 
 from inference_backend.memory import DTYPE_BYTES
 from inference_backend.modelinfo import tensors as tz
-from inference_backend.modelinfo.errors import InspectError, read_json
+from inference_backend.modelinfo.errors import InspectError, confined, read_json
 from inference_backend.modelinfo.facts import Facts, first_int
 from inference_backend.modelinfo.safetensors_header import read_header
 from inference_backend.modelinfo.vocab import tokenizer_json_tokens, vocab_hash
@@ -24,7 +24,7 @@ _CONFIG_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloa
 
 def read_config(directory: Path, facts: Facts) -> dict[str, Any]:
     """config.json's architecture facts into ``facts``; returns the (text) config."""
-    path = directory / "config.json"
+    path = confined(directory, directory / "config.json")
     config = read_json(path)
     archs = config.get("architectures")
     if isinstance(archs, list) and archs and isinstance(archs[0], str):
@@ -112,7 +112,7 @@ def weight_files(directory: Path) -> tuple[list[Path], dict[str, Any] | None]:
     """The safetensors shards (all the index names, or every *.safetensors), and the index if there is one."""
     index_path = directory / INDEX
     if index_path.is_file():
-        index = read_json(index_path, MAX_INDEX_BYTES)
+        index = read_json(confined(directory, index_path), MAX_INDEX_BYTES)
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise InspectError(f"{index_path}: no weight_map")
@@ -131,7 +131,7 @@ def read_weights(directory: Path, config: dict[str, Any], facts: Facts) -> None:
     """Parameters, active parameters and dtype from the safetensors headers (or the index's total size)."""
     method, bits = _quantization(config, facts)
     files, index = weight_files(directory)
-    present = [f for f in files if f.is_file()]
+    present = [confined(directory, f) for f in files if f.is_file()]
     if index is not None and not present:
         _estimate_from_index(directory, index, config, facts)
         return
@@ -197,6 +197,8 @@ def _estimate_from_index(directory: Path, index: dict[str, Any], config: dict[st
 def read_tokenizer(directory: Path, config: dict[str, Any], facts: Facts) -> None:
     """Tokenizer family (the config's model_type), vocabulary size and hash from tokenizer.json."""
     path = directory / "tokenizer.json"
+    if path.is_file():
+        confined(directory, path)
     family = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     if not path.is_file():
         facts.notes.append("no tokenizer.json: tokenizer facts left out")
