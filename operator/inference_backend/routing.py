@@ -167,6 +167,10 @@ def _deployment(ib: InferenceBackend, picker: str, lbl: dict[str, str], image_po
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "runAsNonRoot": True},
         "containers": [container],
     }
+    if ib.spec.hardware.tolerations:
+        # the backend's tolerations, so it runs wherever the backend's pods may (a cluster whose nodes are all
+        # tainted); not its node selector, which names GPU nodes the picker has no use for
+        pod_spec["tolerations"] = [t.wire() for t in ib.spec.hardware.tolerations]
     pod_spec = images.apply(pod_spec, image_policy)
     selector = {k: lbl[k] for k in (INSTANCE_LABEL, COMPONENT_LABEL, MANAGED_BY_LABEL)}
     return {

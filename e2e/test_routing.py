@@ -1,0 +1,185 @@
+"""spec.routing.inferencePool on the real control plane, with the real Inference Extension CRDs and picker binary
+(e2e/build-picker: sigs.k8s.io/gateway-api-inference-extension v1.6.2):
+
+- without the InferencePool CRD the backend still serves (its Deployment and Service applied) and status.routing
+  says the CRD is missing;
+- once the module's CRDs are installed, the operator's retry applies the InferencePool, the picker's Deployment,
+  Service, ServiceAccount, Role and RoleBinding; the picker's pods run (KWOK);
+- the real picker binary (lwepp), run here with the token of the picker's own ServiceAccount (so with exactly the
+  Role the operator rendered), syncs the pool and reads its pods: it syncs the pool (controller-runtime's reconcile
+  histogram on its metrics endpoint, no reconcile error) and adds each of the pool's ready pods (its log, at level
+  2), with no RBAC refusal in its log;
+- turning routing off deletes the pool and the picker's children.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from ib_testkit import free_port
+from ib_testkit.cluster import Operator, apply, example, get_json, ib, kubectl, wait_established
+
+CACHE = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
+VERSION = "v1.6.2"
+PICKER = CACHE / "bin" / f"lwepp-{VERSION}"
+CRDS = CACHE / "bin" / f"gie-crds-{VERSION}"
+PICKER_KINDS = ("deployment", "service", "serviceaccount", "role", "rolebinding")
+
+
+@pytest.fixture(scope="module")
+def picker_built() -> None:
+    if not PICKER.is_file() or not (CRDS / ".complete").is_file():
+        msg = f"{PICKER} or {CRDS} missing: run e2e/build-picker"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def _routing(ns: str, name: str) -> dict[str, Any] | None:
+    return (ib(ns, name).get("status") or {}).get("routing")
+
+
+def _kubeconfig_of(ns: str, account: str, tmp: Path) -> Path:
+    """A kubeconfig for the ServiceAccount ``account`` (a bound token from the TokenRequest API)."""
+    token = kubectl("create", "token", account, "-n", ns, "--duration", "1h").strip()
+    current = yaml.safe_load(kubectl("config", "view", "--raw", "--minify", "-o", "yaml"))
+    cluster = current["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account, "namespace": ns}}],
+        "current-context": account,
+    }
+    path = tmp / f"{account}.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.M)
+    return sum(float(v) for lbl, v in pattern.findall(text) if all(w in lbl for w in wanted))
+
+
+def test_pool_and_picker_apply_and_run(
+    picker_built: None, operator: Operator, ns: str, wait_until: Any, tmp_path: Path
+) -> None:
+    kubectl("delete", "crd", "inferencepools.inference.networking.k8s.io", "--ignore-not-found", "--wait")
+    doc = example("llamacpp-cpu-gguf.yaml", ns, replicas=2, routing={"inferencePool": {"enabled": True}})
+    name = doc["metadata"]["name"]
+    apply(doc)
+    missing = wait_until("status.routing says the CRD is missing", lambda: (_routing(ns, name) or {}).get("message"))
+    assert "inferencepools.inference.networking.k8s.io" in missing
+    wait_until(
+        "the backend's Deployment applied meanwhile",
+        lambda: kubectl("get", "deployment", name, "-n", ns, check=False).count(name) > 0,
+    )
+
+    kubectl("apply", "--server-side", "-f", str(CRDS / "inference.networking.k8s.io_inferencepools.yaml"))
+    wait_established("inferencepools.inference.networking.k8s.io")
+    applied = wait_until(
+        "the pool applied on the operator's retry",
+        lambda: (r := _routing(ns, name)) and r.get("appliedHash") and r,
+        timeout=150,
+    )
+    picker = applied["endpointPicker"]
+    pool = get_json("inferencepool", name, "-n", ns)
+    svc = get_json("service", name, "-n", ns)
+    assert pool["spec"]["selector"]["matchLabels"] == svc["spec"]["selector"]
+    assert pool["spec"]["endpointPickerRef"]["name"] == picker
+    for kind in PICKER_KINDS:
+        get_json(kind, picker, "-n", ns)
+    wait_until(
+        "the picker's pod Running",
+        lambda: (
+            "Running"
+            in kubectl(
+                "get",
+                "pods",
+                "-n",
+                ns,
+                "-l",
+                "app.kubernetes.io/component=endpoint-picker",
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            )
+        ),
+        timeout=90,
+    )
+
+    # The real picker, as the picker's ServiceAccount: reads its InferencePool and the pool's pods.
+    kubeconfig = _kubeconfig_of(ns, picker, tmp_path)
+    metrics_port, log = free_port(), tmp_path / "lwepp.log"
+    args = [
+        str(PICKER),
+        "--pool-name",
+        name,
+        "--pool-namespace",
+        ns,
+        "--grpc-port",
+        str(free_port()),
+        "--grpc-health-port",
+        str(free_port()),
+        "--metrics-port",
+        str(metrics_port),
+    ]
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+
+        pods = kubectl(
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            f"app.kubernetes.io/instance={name},app.kubernetes.io/component=inference-server",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ).split()
+        assert len(pods) == 2
+
+        def reconciled() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                pools = _metric(url, "controller_runtime_reconcile_time_seconds_count", controller="inferencepool")
+                errors = _metric(url, "controller_runtime_reconcile_errors_total")
+            except OSError:
+                return False
+            assert errors == 0, "the picker's reconciles failed"
+            return pools > 0
+
+        wait_until("the picker synced its pool", reconciled, timeout=120)
+        time.sleep(2)
+        text = log.read_text()
+        assert "forbidden" not in text.lower(), [ln for ln in text.splitlines() if "orbidden" in ln][:3]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+    apply({**doc, "spec": {**doc["spec"], "routing": {"inferencePool": {"enabled": False}}}})
+    wait_until(
+        "routing off: the pool deleted",
+        lambda: not kubectl("get", "inferencepool", "-n", ns, "-o", "name").strip(),
+        timeout=90,
+    )
+    wait_until(
+        "and the picker's children",
+        lambda: all(picker not in kubectl("get", kind, "-n", ns, "-o", "name") for kind in PICKER_KINDS),
+        timeout=60,
+    )
+    assert _routing(ns, name) is None
