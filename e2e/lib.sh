@@ -25,13 +25,19 @@ KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
 ACTIONLINT_VERSION=$(modver actionlint github.com/rhysd/actionlint)
 LWS_VERSION=$(modver lws sigs.k8s.io/lws)
 GIE_VERSION=$(modver gie sigs.k8s.io/gateway-api-inference-extension)
+CONTAINERD_VERSION=$(modver containerd github.com/containerd/containerd/v2)
+CNI_PLUGINS_VERSION=$(modver cni-plugins github.com/containernetworking/plugins)
+COREDNS_VERSION=$(modver coredns github.com/coredns/coredns)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
 binpath() {
   local v
   case "$1" in
-    kube-apiserver | kube-controller-manager | kube-scheduler | kube-expansion) v=$KUBE_VERSION ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kube-expansion | kubelet | kube-proxy) v=$KUBE_VERSION ;;
+    containerd | containerd-shim-runc-v2 | ctr) v=$CONTAINERD_VERSION ;;
+    cni-plugins) v=$CNI_PLUGINS_VERSION ;; # a directory: bridge, host-local, loopback, portmap (CNI wants those names)
+    coredns) v=$COREDNS_VERSION ;;
     etcd) v=$ETCD_VERSION ;;
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
@@ -47,7 +53,25 @@ binpath() {
   echo "$E2E_BIN_DIR/$1-$v"
 }
 
-E2E_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-expansion kwok kubectl helm kube-score actionlint lws-controller-manager keda-operator keda-adapter prometheus promtool)
+# Groups, so that each caller builds only what it runs (`e2e/build-binaries control-plane nodes` for the demo):
+#   control-plane  the cluster of e2e/up with KWOK's fake nodes, and kubectl/helm to use it
+#   nodes          real nodes (E2E_REAL_NODES): kubelet, kube-proxy, containerd (+ shim, ctr), the CNI plugins, CoreDNS
+#   tools          what only the tests run: kube-expansion, kube-score, actionlint, LeaderWorkerSet, KEDA, Prometheus
+E2E_CONTROL_PLANE=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
+E2E_NODE_BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr cni-plugins coredns)
+E2E_TOOLS=(kube-expansion kube-score actionlint lws-controller-manager keda-operator keda-adapter prometheus promtool)
+E2E_BINARIES=("${E2E_CONTROL_PLANE[@]}" "${E2E_NODE_BINARIES[@]}" "${E2E_TOOLS[@]}")
+CNI_PLUGINS=(bridge host-local loopback portmap)
+# The pod sandbox image of the real nodes (e2e/build-images compiles Kubernetes' build/pause/linux/pause.c into it;
+# the tag is that directory's Makefile TAG in k8s.io/kubernetes $KUBE_VERSION).
+PAUSE_IMAGE=localhost/inference-backend/pause:3.10.2
+
+# built NAME: the cached binary (or, for cni-plugins, the complete directory) is there.
+built() {
+  local p
+  p=$(binpath "$1") || return 1
+  if [[ $1 == cni-plugins ]]; then [[ -f $p/.complete ]]; else [[ -f $p && -x $p ]]; fi
+}
 
 # The LeaderWorkerSet module's own manifests (CRD, webhook configurations, RBAC), copied from its
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.
