@@ -1,6 +1,8 @@
 # Local Kubernetes control plane (e2e/): binaries built into $(IB_CACHE)/bin, a cluster on 127.0.0.1
 # whose state lives in $(E2E_DIR) (default /tmp/ib-e2e), and the end-to-end tests that run on it.
 TEST_TARGETS += e2e
+# Real CPU nodes beside KWOK's in the clusters of e2e/run-tests (e2e/real-nodes.sh; 0: KWOK only).
+export E2E_REAL_NODES ?= 1
 
 .PHONY: e2e-binaries cluster-up cluster-down e2e-smoke e2e
 
@@ -18,8 +20,8 @@ cluster-down:
 e2e-smoke: venv
 	E2E_PYTHON=$(PY) e2e/run-tests e2e/test_cluster.py
 
-# All end-to-end tests under e2e/.
-e2e: venv
+# All end-to-end tests under e2e/ (with real nodes: llama-server first, for its image).
+e2e: venv $(if $(filter-out 0,$(E2E_REAL_NODES)),llama-server)
 	E2E_PYTHON=$(PY) e2e/run-tests
 
 # The operator at scale on a fresh local cluster (figures printed and written as JSON + PNG, nothing asserted).
