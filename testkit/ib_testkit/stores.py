@@ -24,9 +24,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -38,9 +38,10 @@ class Seen:
 
 
 class S3Server:
-    """moto's S3 server with request accounting (see the module docstring)."""
+    """moto's S3 server with request accounting (see the module docstring). ``host``: the address it listens on
+    (127.0.0.1; the real nodes' pods reach this host at their bridge's address)."""
 
-    def __init__(self, barrier_parties: int = 0) -> None:
+    def __init__(self, barrier_parties: int = 0, host: str = "127.0.0.1") -> None:
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server
 
@@ -51,9 +52,9 @@ class S3Server:
         self._barrier = threading.Barrier(barrier_parties, timeout=5) if barrier_parties > 1 else None
         self._waiting = barrier_parties  # only the first object GETs meet at the barrier
         app = DomainDispatcherApplication(create_backend_app)
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._server = make_server("127.0.0.1", self.port, self._wrap(app), True, request_handler=MotoRequestHandler)
+        self.port = free_port(host)
+        self.endpoint = f"http://{host}:{self.port}"
+        self._server = make_server(host, self.port, self._wrap(app), True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def _wrap(self, app: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,17 +112,18 @@ class HubRepo:
 class HubServer:
     """A local Hub (see the module docstring). ``token``: the Bearer token private repositories want.
     ``drop_once``: files whose first GET sends half the body and closes the connection (the client resumes with
-    Range). ``fail``: files whose every GET answers 500 (until removed)."""
+    Range). ``fail``: files whose every GET answers 500 (until removed). ``host``: the address it listens on."""
 
     repos: dict[str, HubRepo]
     token: str = ""
     drop_once: set[str] = field(default_factory=set)
     fail: set[str] = field(default_factory=set)
     requests: list[Seen] = field(default_factory=list)
+    host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.port = free_port(self.host)
+        self.endpoint = f"http://{self.host}:{self.port}"
         self._lock = threading.Lock()
         hub = self
 
@@ -137,7 +139,7 @@ class HubServer:
             def do_HEAD(self) -> None:
                 hub._handle(self, body=False)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

@@ -5,16 +5,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+"""The container's memory limit: cgroup v2's memory.max, or cgroup v1's memory.limit_in_bytes (a node with cgroup v1,
+as the e2e real nodes: without it a pod's runner sized its KV cache to the host's RAM, past its own limit)."""
 
-def host_memory_bytes() -> int:
-    """Physical RAM, or the cgroup (v2) limit when that is lower."""
+
+def host_memory_bytes(limits: tuple[Path, ...] = CGROUP_LIMITS) -> int:
+    """Physical RAM, or the container's cgroup memory limit (v2 or v1) when that is lower ("max", or v1's huge
+    unlimited value, is no limit)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    for path in limits:
+        try:
+            limit = path.read_text().strip()
+        except OSError:
+            continue
         if limit.isdigit():
             total = min(total, int(limit))
-    except OSError:
-        pass
     return total
 
 
