@@ -28,6 +28,7 @@ GIE_VERSION=$(modver gie sigs.k8s.io/gateway-api-inference-extension)
 CONTAINERD_VERSION=$(modver containerd github.com/containerd/containerd/v2)
 CNI_PLUGINS_VERSION=$(modver cni-plugins github.com/containernetworking/plugins)
 COREDNS_VERSION=$(modver coredns github.com/coredns/coredns)
+RUNC_VERSION=$(modver runc github.com/opencontainers/runc)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
@@ -38,6 +39,7 @@ binpath() {
     containerd | containerd-shim-runc-v2 | ctr) v=$CONTAINERD_VERSION ;;
     cni-plugins) v=$CNI_PLUGINS_VERSION ;; # a directory: bridge, host-local, loopback, portmap (CNI wants those names)
     coredns) v=$COREDNS_VERSION ;;
+    runc) v=$RUNC_VERSION ;;
     etcd) v=$ETCD_VERSION ;;
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
@@ -55,10 +57,11 @@ binpath() {
 
 # Groups, so that each caller builds only what it runs (`e2e/build-binaries control-plane nodes` for the demo):
 #   control-plane  the cluster of e2e/up with KWOK's fake nodes, and kubectl/helm to use it
-#   nodes          real nodes (E2E_REAL_NODES): kubelet, kube-proxy, containerd (+ shim, ctr), the CNI plugins, CoreDNS
+#   nodes          real nodes (E2E_REAL_NODES): kubelet, kube-proxy, containerd (+ shim, ctr), runc, the CNI plugins,
+#                  CoreDNS
 #   tools          what only the tests run: kube-expansion, kube-score, actionlint, LeaderWorkerSet, KEDA, Prometheus
 E2E_CONTROL_PLANE=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
-E2E_NODE_BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr cni-plugins coredns)
+E2E_NODE_BINARIES=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc cni-plugins coredns)
 E2E_TOOLS=(kube-expansion kube-score actionlint lws-controller-manager keda-operator keda-adapter prometheus promtool)
 E2E_BINARIES=("${E2E_CONTROL_PLANE[@]}" "${E2E_NODE_BINARIES[@]}" "${E2E_TOOLS[@]}")
 CNI_PLUGINS=(bridge host-local loopback portmap)

@@ -31,7 +31,7 @@ E2E_RUN=/run/ib-e2e-$E2E_APISERVER_PORT # sockets: a unix socket path must stay 
 E2E_CGROUP=ib-e2e-$E2E_APISERVER_PORT   # every real node's processes live under this cgroup, in each hierarchy
 E2E_NFT_TABLE=ib_e2e_$E2E_APISERVER_PORT
 REAL_DIR=$E2E_DIR/real
-RUNC=${RUNC:-$(command -v runc || echo /usr/sbin/runc)}
+RUNC=${RUNC:-$(binpath runc)}
 
 real_node_name() { echo "$E2E_REAL_NODE_PREFIX-$1"; }
 # real_node_store I: node I's containerd root, kept across e2e/up --fresh (its imported images: importing the runner
@@ -99,7 +99,7 @@ real_nodes_check() {
     [[ -f /sys/fs/cgroup/$t/cgroup.procs ]] || problems+=("cgroup v1 controller $t is not mounted at /sys/fs/cgroup/$t")
   done
   command -v nft >/dev/null || problems+=("no nft (Debian's nftables: e2e/node-prereqs installs it)")
-  [[ -x $RUNC ]] || problems+=("no runc (Debian's runc: e2e/node-prereqs installs it)")
+  [[ -x $RUNC ]] || problems+=("no runc at $RUNC (e2e/build-binaries runc)")
   if [[ ${#problems[@]} -eq 0 ]]; then
     local err
     err=$(ip link add "ibchk$$" type veth peer name "ibchk$$p" 2>&1) || problems+=("veth: ip link add failed: $err")
@@ -143,6 +143,9 @@ real_nodes_network() {
     kernel.keys.root_maxbytes; do
     grep -q "^$k=" "$REAL_DIR/sysctl.saved" 2>/dev/null || echo "$k=$(sysctl -n "$k")" >>"$REAL_DIR/sysctl.saved"
   done
+  # The nftables tables there before: down removes those the kubelet (its iptables-nft canaries and KUBE-FIREWALL,
+  # when Debian's iptables is installed), kube-proxy and the CNI plugins add.
+  [[ -f $REAL_DIR/nft-tables.before ]] || nft list tables >"$REAL_DIR/nft-tables.before"
   # A Service's ClusterIP is DNATed on this host to a pod on the bridge: routed, so forwarding must be on.
   sysctl_set net.ipv4.ip_forward 1
   if ! ip link show "$E2E_BRIDGE" >/dev/null 2>&1; then
@@ -219,6 +222,7 @@ healthzBindAddress: $E2E_NODE_GW:10256
 metricsBindAddress: $E2E_NODE_GW:10249
 clusterCIDR: $E2E_NODE_SUBNET
 nodePortAddresses: ["$E2E_NODE_GW/32"]
+oomScoreAdj: 0  # its default, -999, needs CAP_SYS_RESOURCE, which this machine's root lacks
 # Leave this host's conntrack sysctls alone (0: do not set).
 conntrack:
   maxPerCore: 0
@@ -255,6 +259,14 @@ real_node_up() {
   ]
 }
 EOF
+  # Every registry is this host's discard port: an image that was not imported fails to pull at once
+  # (ErrImagePull, then ImagePullBackOff) without a connection leaving the machine.
+  mkdir -p "$dir/certs.d/_default"
+  cat >"$dir/certs.d/_default/hosts.toml" <<EOF
+server = "http://127.0.0.1:9"
+[host."http://127.0.0.1:9"]
+  capabilities = ["pull", "resolve"]
+EOF
   # containerd 2.4's configuration (version 4; nothing imported from /etc/containerd): its own root and state, runc through the v2 shim with cgroupfs, the
   # pods' network namespaces under its state directory (so that down finds them), our pause image as the sandbox.
   cat >"$dir/containerd.toml" <<EOF
@@ -275,6 +287,10 @@ state = "$run/containerd"
 [plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false
   netns_mounts_under_state_dir = true
+  # This machine's root lacks CAP_SYS_RESOURCE: no process may lower its oom_score_adj below its parent's, and the
+  # kubelet asks -998 for every pod sandbox ("failed to update /proc/self/oom_score_adj: Permission denied" from
+  # runc). Containers get at least containerd's own (0) instead.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
@@ -288,6 +304,10 @@ state = "$run/containerd"
     max_conf_num = 1
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
+  # The content of an unpacked image is dropped (the snapshots are what runs; the archive stays in \$IB_CACHE/images).
+  discard_unpacked_layers = true
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$dir/certs.d"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "$PAUSE_IMAGE"
 EOF
@@ -328,12 +348,14 @@ clusterDNS: [$E2E_NODE_GW]
 resolvConf: $dir/resolv.conf
 podLogsDir: $dir/pod-logs
 maxPods: 30
+oomScoreAdj: 0  # its default, -999, needs CAP_SYS_RESOURCE (see restrict_oom_score_adj above)
 serializeImagePulls: false
 # The disk is shared with everything else on this machine: evict only when it is really full, never collect images
 # (they were imported, not pulled: nothing could pull them again).
 evictionHard: {memory.available: "200Mi", nodefs.available: "2Gi", imagefs.available: "2Gi"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+evictionPressureTransitionPeriod: 30s
 nodeStatusReportFrequency: 10s
 syncFrequency: 10s
 fileCheckFrequency: 10s
@@ -442,9 +464,12 @@ real_nodes_down() {
     find "$h/$E2E_CGROUP" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done
   nft delete table inet "$E2E_NFT_TABLE" 2>/dev/null || true
-  nft delete table ip kube-proxy 2>/dev/null || true
-  nft delete table ip6 kube-proxy 2>/dev/null || true
-  nft delete table inet cni_hostport 2>/dev/null || true
+  if [[ -f $REAL_DIR/nft-tables.before ]]; then
+    nft list tables | grep -vxF -f "$REAL_DIR/nft-tables.before" | while read -r _ family name; do
+      nft delete table "$family" "$name" 2>/dev/null || true
+    done
+    rm -f "$REAL_DIR/nft-tables.before"
+  fi
   ip link del "$E2E_BRIDGE" 2>/dev/null || true
   if [[ -f $REAL_DIR/sysctl.saved ]]; then
     while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$REAL_DIR/sysctl.saved"
