@@ -382,6 +382,9 @@ real_node_images() {
     if grep -qxF "$ref" <<<"$have" && [[ -f $store/images/$(basename "$archive") ]]; then continue; fi
     log "importing $ref into $name's containerd ($(du -h "$archive" | cut -f1))"
     "${ctr[@]}" images import --local "$archive" >/dev/null 2>&1 || die "ctr images import $archive failed"
+    # Pinned: the kubelet never garbage-collects it, not even under disk pressure (this machine's disk is shared;
+    # a collected image could not be pulled again).
+    "${ctr[@]}" images label "$ref" io.cri-containerd.pinned=pinned >/dev/null
     mkdir -p "$store/images"
     rm -f "$store/images/${archive##*/}" "$store/images/$(basename "${archive%-*}")"-*.oci.tar
     touch "$store/images/$(basename "$archive")"

@@ -18,13 +18,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from ib_testkit.cluster import Operator, apply, get_json, ib, kubectl, wait_phase
 from ib_testkit.real_nodes import (
     OPERATOR_IMAGE,
+    TINY_FACTS,
     TINY_RESOURCES,
     TinyModels,
+    completion,
     direct,
     files_under,
     gateway,
@@ -90,8 +91,7 @@ def rns(stores: tuple[S3Server, HubServer]) -> Iterator[str]:
 def _backend(name: str, model: dict[str, Any], **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
             "metadata": {"name": name},
-            "spec": {"model": model, "hardware": real_hardware(),
-                     "resources": TINY_RESOURCES, **spec}}  # fmt: skip
+            "spec": {"model": model, "hardware": real_hardware(), "resources": TINY_RESOURCES, **spec}}  # fmt: skip
 
 
 def _cache_claim(namespace: str) -> str:
@@ -108,70 +108,107 @@ def _cache_claim(namespace: str) -> str:
     return "weights"
 
 
-def _cases(namespace: str, models: TinyModels) -> list[dict[str, Any]]:
-    facts = models.facts()
-    s3 = {"credentialsSecret": "s3", **facts}
-    cache = {"claim": _cache_claim(namespace)}
-    return [
-        _backend(
-            "llama",
-            {"uri": "s3://models/tiny/model-f32.gguf", "format": "gguf", "quantization": "f32", **s3},
-            backend="llamacpp",
-        ),
-        _backend("onnx", {"uri": "s3://models/tiny-onnx/", "format": "onnx", **s3}, backend="onnxruntime"),
-        _backend(
-            "torch",
-            {"uri": f"hf://{HUB_REPO}", "format": "safetensors", "credentialsSecret": "hub", **facts, "cache": cache},
-            backend="pytorch",
-        ),
-    ]
+def _case(engine: str, namespace: str) -> dict[str, Any]:
+    s3 = {"credentialsSecret": "s3", **TINY_FACTS}
+    if engine == "llamacpp":
+        model = {"uri": "s3://models/tiny/model-f32.gguf", "format": "gguf", "quantization": "f32", **s3}
+    elif engine == "onnxruntime":
+        model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", **s3}
+    else:  # the Hub repository into a cache volume
+        model = {"uri": f"hf://{HUB_REPO}", "format": "safetensors", "credentialsSecret": "hub", **TINY_FACTS,
+                 "cache": {"pvc": _cache_claim(namespace)}}  # fmt: skip
+    return _backend(engine, model, backend=engine)
 
 
 def _complete(url: str, model: str) -> dict[str, Any]:
-    body = {"model": model, "prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0}
-    r = httpx.post(url + "/v1/completions", json=body, timeout=60)
-    assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    return completion(url, model, PROMPT, MAX_TOKENS)
 
 
-def test_cpu_engines_serve_on_a_real_node(operator: Operator, rns: str, models: TinyModels, wait_until: Any) -> None:
-    docs = _cases(rns, models)
-    for doc in docs:
-        doc["metadata"]["namespace"] = rns
-        apply(doc)
-    texts: dict[str, str] = {}
-    for doc in docs:
-        name = doc["metadata"]["name"]
-        obj = wait_phase(wait_until, rns, name, "Ready", timeout=600)
-        assert obj["status"]["ready"] == "1/1"
-        pod = get_json("pods", "-n", rns, "-l", f"app.kubernetes.io/instance={name}")["items"][0]
-        assert pod["spec"]["nodeName"] == real_nodes()[0]["metadata"]["name"]
-        assert all(s["ready"] for s in pod["status"]["containerStatuses"])
-        svc = get_json("service", name, "-n", rns)
-        out = _complete(f"http://{svc['spec']['clusterIP']}:8000", name)
-        texts[name] = out["choices"][0]["text"]
-        assert out["usage"]["completion_tokens"] == MAX_TOKENS, out
-    # The same completions through the Services' DNS names, from a pod (restricted, the operator image's Python).
+ENGINES = ["llamacpp", "onnxruntime", "pytorch"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_serves_on_a_real_node(operator: Operator, rns: str, models: TinyModels, wait_until: Any,
+                                      engine: str) -> None:  # fmt: skip
+    doc = _case(engine, rns)
+    doc["metadata"]["namespace"] = rns
+    apply(doc)
+    obj = wait_phase(wait_until, rns, engine, "Ready", timeout=600)
+    assert obj["status"]["ready"] == "1/1" and obj["status"]["backend"] == engine
+    pod = get_json("pods", "-n", rns, "-l", f"app.kubernetes.io/instance={engine}")["items"][0]
+    assert pod["spec"]["nodeName"] == real_nodes()[0]["metadata"]["name"]
+    assert all(s["ready"] for s in pod["status"]["containerStatuses"])
+    if pod["spec"].get("initContainers"):  # the real fetch step ran, as the operator image's user
+        assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    svc = get_json("service", engine, "-n", rns)
+    out = _complete(f"http://{svc['spec']['clusterIP']}:8000", engine)
+    assert out["usage"]["completion_tokens"] == MAX_TOKENS, out
+    text = out["choices"][0]["text"]
+    # The same completion through the Service's DNS name, from a pod (restricted, the operator image's Python).
     code = (
         "import json, sys, urllib.request\n"
-        "out = {}\n"
-        "for name in sys.argv[1:]:\n"
-        f"    body = json.dumps({{'model': name, 'prompt': {PROMPT!r}, 'max_tokens': {MAX_TOKENS},"
-        " 'temperature': 0})\n"
-        f"    req = urllib.request.Request(f'http://{{name}}.{rns}.svc.cluster.local:8000/v1/completions',"
-        " body.encode(), {'Content-Type': 'application/json'})\n"
-        "    out[name] = json.load(urllib.request.urlopen(req, timeout=60))['choices'][0]['text']\n"
-        "print(json.dumps(out))\n"
+        f"body = json.dumps({{'model': {engine!r}, 'prompt': {PROMPT!r}, 'max_tokens': {MAX_TOKENS},"
+        " 'temperature': 0}).encode()\n"
+        f"url = 'http://{engine}.{rns}.svc.cluster.local:8000/v1/completions'\n"
+        "req = urllib.request.Request(url, body, {'Content-Type': 'application/json'})\n"
+        "print(json.dumps(json.load(urllib.request.urlopen(req, timeout=60))['choices'][0]['text']))\n"
     )
-    phase, log = run_pod(rns, "dns-probe", OPERATOR_IMAGE, ["python", "-c", code, *texts])
+    phase, log = run_pod(rns, "dns-probe", OPERATOR_IMAGE, ["python", "-c", code])
     assert phase == "Succeeded", log
-    assert json.loads(log.strip().splitlines()[-1]) == texts
+    assert json.loads(log.strip().splitlines()[-1]) == text
     # Greedy tokens equal the same engine's, run directly on this host with the args the pod got.
-    local = {"llama": models.gguf, "onnx": models.onnx, "torch": models.hf}
-    for name, text in texts.items():
-        container = get_json("deployment", name, "-n", rns)["spec"]["template"]["spec"]["containers"][0]
-        with direct(container, local[name]) as url:
-            assert _complete(url, name)["choices"][0]["text"] == text, name
-    for name in texts:
-        assert "Ready" in kubectl("describe", "ib", name, "-n", rns)
-        assert ib(rns, name)["status"]["phase"] == "Ready"
+    local = {"llamacpp": models.gguf, "onnxruntime": models.onnx, "pytorch": models.hf}[engine]
+    container = get_json("deployment", engine, "-n", rns)["spec"]["template"]["spec"]["containers"][0]
+    with direct(container, local) as url:
+        assert _complete(url, engine)["choices"][0]["text"] == text
+    assert "Ready" in kubectl("describe", "ib", engine, "-n", rns)
+
+
+def _described_within(wait_until: Any, namespace: str, name: str, texts: list[str], timeout: float = 300) -> str:
+    """Polls ``kubectl describe ib`` until every text is in it."""
+
+    def check() -> str | None:
+        described = kubectl("describe", "ib", name, "-n", namespace)
+        return described if all(t in described for t in texts) else None
+
+    return wait_until(f"{namespace}/{name} described with {texts}", check, timeout=timeout)  # type: ignore[no-any-return]
+
+
+def test_faults_as_a_kubelet_makes_them(operator: Operator, rns: str, wait_until: Any) -> None:
+    """What a real kubelet reports reaches `kubectl describe ib`: a runner whose memory limit its own start exceeds
+    (OOMKilled), one that exits at once (an unknown flag: CrashLoopBackOff with its exit code), an image that was never
+    imported (ImagePullBackOff naming it: every registry is 127.0.0.1:9 on the real nodes)."""
+    model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", "credentialsSecret": "s3", **TINY_FACTS}
+    missing = "localhost/ib-e2e/not-imported:0"
+    cases = {
+        "oom": _backend("oom", model, backend="onnxruntime",
+                        resources={"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "48Mi"}}),
+        "crash": _backend("crash", model, backend="onnxruntime", engine={"extraArgs": ["--no-such-flag"]}),
+        "pull": _backend("pull", model, backend="onnxruntime", engine={"image": missing}),
+    }  # fmt: skip
+    for doc in cases.values():
+        doc["metadata"]["namespace"] = rns
+        apply(doc)
+    _described_within(wait_until, rns, "oom", ["OOMKilled", "killed for exceeding its memory"])
+    _described_within(wait_until, rns, "crash", ["CrashLoopBackOff", "keeps exiting (exit code 2"])
+    _described_within(wait_until, rns, "pull", ["ImagePullBackOff", f'cannot pull image "{missing}"'])
+    for name in cases:
+        assert ib(rns, name)["status"]["phase"] != "Ready", name
+
+
+def test_a_deleted_pod_is_degraded_then_ready(operator: Operator, rns: str, wait_until: Any) -> None:
+    """Two replicas serving; one pod deleted: the backend is Degraded (1/2, its Service still answering) until the
+    ReplicaSet's new pod passes its readiness probe on the real node, then Ready 2/2 again."""
+    model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", "credentialsSecret": "s3", **TINY_FACTS}
+    doc = _backend("two", model, backend="onnxruntime", replicas=2)
+    doc["metadata"]["namespace"] = rns
+    apply(doc)
+    wait_phase(wait_until, rns, "two", "Ready", timeout=600)
+    pods = get_json("pods", "-n", rns, "-l", "app.kubernetes.io/instance=two")["items"]
+    kubectl("delete", "pod", pods[0]["metadata"]["name"], "-n", rns, "--wait=false")
+    degraded = wait_phase(wait_until, rns, "two", "Degraded", timeout=60)
+    assert degraded["status"]["ready"] == "1/2", degraded["status"]
+    svc = get_json("service", "two", "-n", rns)
+    assert _complete(f"http://{svc['spec']['clusterIP']}:8000", "two")["usage"]["completion_tokens"] == MAX_TOKENS
+    ready = wait_phase(wait_until, rns, "two", "Ready", timeout=300)
+    assert ready["status"]["ready"] == "2/2"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from inference_backend.vocabulary import GROUP as GROUP  # the e2e tests import the API group from here
 
 from ib_testkit import ROOT
 

@@ -18,6 +18,8 @@ import os
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +51,7 @@ TINY_FACTS: dict[str, Any] = {
 MLP of 128, untied embeddings of 320 x 64)."""
 
 
-TINY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "250m", "memory": "3Gi"}, "limits": {"memory": "3Gi"}}
+TINY_RESOURCES: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}
 """spec.resources for a tiny model on a real node: a CPU placement takes 90% of the node's cores, and a runner with
 dynamic batching all of its memory for its KV cache (the selection's plan); a tiny model needs neither, and this way
 the three CPU engines fit one node of this 2-core machine together."""
@@ -182,6 +184,17 @@ def run_pod(namespace: str, name: str, image: str, command: list[str], timeout: 
         kubectl("delete", "pod", name, "-n", namespace, "--wait=false", "--ignore-not-found", check=False)
 
 
+def completion(url: str, model: str, prompt: str, max_tokens: int, timeout: float = 60) -> dict[str, Any]:
+    """A greedy /v1/completions request to the OpenAI-compatible server at ``url``: its JSON answer."""
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as e:
+        raise AssertionError(f"{url}/v1/completions answered {e.code}: {e.read()[:500]!r}") from e
+
+
 def _replace_value(args: list[str], flags: tuple[str, ...], value: str) -> list[str]:
     out = list(args)
     for i, a in enumerate(out[:-1]):
@@ -204,20 +217,21 @@ def direct(container: dict[str, Any], model: Path) -> Iterator[str]:
         with start_llama_server(args, {}, model=model, port=port) as srv:
             yield srv.base_url
         return
-    argv = [str(runners_python()), *command[1:], *_replace_value(args, ("--model",), str(model))]
+    # the command is one of the product's console scripts (ib-pytorch-runner, ib-onnxruntime-server): the runners
+    # venv has them, and this clone's operator/ goes first on its PYTHONPATH
+    script = runners_python().parent / command[0]
+    argv = [str(script), *command[1:], *_replace_value(args, ("--model",), str(model))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT / "testkit")])}
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            import httpx
-
             deadline = time.monotonic() + 300
             while True:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     raise RuntimeError(f"{' '.join(argv)} not healthy:\n{log.read().decode(errors='replace')[-3000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/health") as r:
+                    if r.status == 200:
                         break
                 time.sleep(0.5)
             yield f"http://127.0.0.1:{port}"
