@@ -1,10 +1,12 @@
 """The CPU engines under a real kubelet (e2e/up --real-nodes): llama.cpp's llama-server, our ONNX Runtime server and our
 PyTorch runner serve a tiny model the test makes, from the images of e2e/build-images, in a namespace that enforces
 Pod Security restricted. The weights come through the real fetch init container (the operator image) from the local
-S3 server (into an emptyDir) and the local Hub (into a cache volume: a claim bound to a hostPath volume), both
-listening on this host's address on the pods' bridge. Each backend must be Ready, answer a completion through its
-Service's ClusterIP (from this host: kube-proxy's nftables rules) and through its DNS name from a pod (CoreDNS), with
-the greedy tokens of the same engine run directly on the same model.
+S3 server listening on this host's address on the pods' bridge: into an emptyDir (GGUF, ONNX) and into a cache volume
+(safetensors: a claim bound to a hostPath volume). hf:// from the local Hub is not covered: the operator passes only
+HF_TOKEN from the credentials Secret, not HF_ENDPOINT, so the fetch step always goes to the public Hub. Each backend
+must be Ready, answer a completion through its Service's ClusterIP (from this host: kube-proxy's nftables rules) and
+through its DNS name from a pod (CoreDNS), with the greedy tokens of the same engine run directly on the same model.
+Then faults as the kubelet reports them (OOMKilled, CrashLoopBackOff, ImagePullBackOff) and a deleted pod.
 
 Skipped, saying why, when the cluster has no real node (e2e/up without --real-nodes); in CI (CI=true) a run that asked
 for real nodes (E2E_REAL_NODES > 0) fails instead.
@@ -36,11 +38,10 @@ from ib_testkit.real_nodes import (
     run_pod,
     tiny_models,
 )
-from ib_testkit.stores import HubRepo, HubServer, S3Server, put_objects
+from ib_testkit.stores import S3Server, put_objects
 
 PROMPT = "the quick brown fox"
 MAX_TOKENS = 8
-HUB_REPO = "ib-e2e/tiny-llama"
 
 
 @pytest.fixture(scope="module")
@@ -60,29 +61,23 @@ def models() -> TinyModels:
 
 
 @pytest.fixture(scope="module")
-def stores(node: dict[str, Any], models: TinyModels) -> Iterator[tuple[S3Server, HubServer]]:
-    """The local S3 and Hub on the bridge address: the GGUF file and the ONNX directory in S3, the safetensors
-    checkpoint as a Hub repository."""
-    gw = gateway(node)
-    s3 = S3Server(host=gw).start()
+def store(node: dict[str, Any], models: TinyModels) -> Iterator[S3Server]:
+    """The local S3 on the bridge address, with the GGUF file, the ONNX directory and the safetensors checkpoint."""
+    s3 = S3Server(host=gateway(node)).start()
     put_objects(s3.endpoint, "models", [("tiny/model-f32.gguf", models.gguf.read_bytes()),
-                                        *((f"tiny-onnx/{k}", v) for k, v in files_under(models.onnx))])  # fmt: skip
-    hub = HubServer({HUB_REPO: HubRepo(dict(files_under(models.hf)))}, host=gw).start()
-    yield s3, hub
-    hub.stop()
+                                        *((f"tiny-onnx/{k}", v) for k, v in files_under(models.onnx)),
+                                        *((f"tiny-hf/{k}", v) for k, v in files_under(models.hf))])  # fmt: skip
+    yield s3
     s3.stop()
 
 
 @pytest.fixture
-def rns(stores: tuple[S3Server, HubServer]) -> Iterator[str]:
-    """A namespace enforcing Pod Security restricted, with the stores' credentials as Secrets."""
-    s3, hub = stores
+def rns(store: S3Server) -> Iterator[str]:
+    """A namespace enforcing Pod Security restricted, with the store's credentials as a Secret."""
     name = restricted_namespace(f"ib-real-{uuid.uuid4().hex[:8]}")
     kubectl("create", "secret", "generic", "s3", "-n", name, "--from-literal=AWS_ACCESS_KEY_ID=test",
-            "--from-literal=AWS_SECRET_ACCESS_KEY=test", f"--from-literal=AWS_ENDPOINT_URL={s3.endpoint}",
+            "--from-literal=AWS_SECRET_ACCESS_KEY=test", f"--from-literal=AWS_ENDPOINT_URL={store.endpoint}",
             "--from-literal=AWS_REGION=us-east-1")  # fmt: skip
-    kubectl("create", "secret", "generic", "hub", "-n", name, "--from-literal=HF_TOKEN=x",
-            f"--from-literal=HF_ENDPOINT={hub.endpoint}")  # fmt: skip
     yield name
     kubectl("delete", "ib", "--all", "-n", name, "--wait=true", "--timeout=60s", check=False)
     kubectl("delete", "namespace", name, "--wait=false", check=False)
@@ -114,9 +109,13 @@ def _case(engine: str, namespace: str) -> dict[str, Any]:
         model = {"uri": "s3://models/tiny/model-f32.gguf", "format": "gguf", "quantization": "f32", **s3}
     elif engine == "onnxruntime":
         model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", **s3}
-    else:  # the Hub repository into a cache volume
-        model = {"uri": f"hf://{HUB_REPO}", "format": "safetensors", "credentialsSecret": "hub", **TINY_FACTS,
-                 "cache": {"pvc": _cache_claim(namespace)}}  # fmt: skip
+    else:  # into a cache volume (hf:// from the local Hub cannot: the operator does not pass HF_ENDPOINT on)
+        model = {
+            "uri": "s3://models/tiny-hf/",
+            "format": "safetensors",
+            **s3,
+            "cache": {"pvc": _cache_claim(namespace)},
+        }
     return _backend(engine, model, backend=engine)
 
 
