@@ -18,7 +18,6 @@ from ib_testkit.audit import audit_event
 from ib_testkit.cluster import (
     BAD_IMAGE,
     EXAMPLES,
-    GROUP,
     SYSTEM_NS,
     Operator,
     apply,
@@ -30,6 +29,7 @@ from ib_testkit.cluster import (
     wait_phase,
 )
 from inference_backend.facts import hardware_class
+from inference_backend.vocabulary import GROUP
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [

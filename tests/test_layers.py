@@ -4,6 +4,8 @@ calls the API during a reconcile, control modules stay short, and the README's l
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import re
 import subprocess
 from pathlib import Path
@@ -90,3 +92,26 @@ def test_functions_are_at_most_80_lines() -> None:
                 long.add(f"{path.relative_to(PACKAGE).as_posix()}:{node.name}")
     assert long - LONG_FOR_NOW == set(), "a function of more than 80 lines"
     assert LONG_FOR_NOW - long == set(), "split: take it off LONG_FOR_NOW"
+
+
+def test_every_name_imported_from_the_package_exists() -> None:
+    """e2e/, bench/, hack/ and testkit/ import names of inference_backend and ib_testkit that the unit tests never
+    import: a module moved or a name dropped must not break them unnoticed (modules that need the runners'
+    environment, torch and the like, are left to it)."""
+    missing = []
+    for path in sorted(p for d in ("e2e", "bench", "hack", "testkit") for p in (ROOT / d).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            if not node.module.startswith(("inference_backend", "ib_testkit")):
+                continue
+            try:
+                module = importlib.import_module(node.module)
+            except ModuleNotFoundError as exc:
+                if (exc.name or "").startswith(("inference_backend", "ib_testkit")):
+                    missing.append(f"{path.relative_to(ROOT)}: {node.module}")
+                continue  # an optional dependency of that module
+            for alias in node.names:
+                if not hasattr(module, alias.name) and importlib.util.find_spec(f"{node.module}.{alias.name}") is None:
+                    missing.append(f"{path.relative_to(ROOT)}: {node.module}.{alias.name}")
+    assert missing == []
