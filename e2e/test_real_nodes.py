@@ -64,9 +64,15 @@ def models() -> TinyModels:
 def store(node: dict[str, Any], models: TinyModels) -> Iterator[S3Server]:
     """The local S3 on the bridge address, with the GGUF file, the ONNX directory and the safetensors checkpoint."""
     s3 = S3Server(host=gateway(node)).start()
-    put_objects(s3.endpoint, "models", [("tiny/model-f32.gguf", models.gguf.read_bytes()),
-                                        *((f"tiny-onnx/{k}", v) for k, v in files_under(models.onnx)),
-                                        *((f"tiny-hf/{k}", v) for k, v in files_under(models.hf))])  # fmt: skip
+    put_objects(
+        s3.endpoint,
+        "models",
+        [
+            ("tiny/model-f32.gguf", models.gguf.read_bytes()),
+            *((f"tiny-onnx/{k}", v) for k, v in files_under(models.onnx)),
+            *((f"tiny-hf/{k}", v) for k, v in files_under(models.hf)),
+        ],
+    )
     yield s3
     s3.stop()
 
@@ -75,30 +81,59 @@ def store(node: dict[str, Any], models: TinyModels) -> Iterator[S3Server]:
 def rns(store: S3Server) -> Iterator[str]:
     """A namespace enforcing Pod Security restricted, with the store's credentials as a Secret."""
     name = restricted_namespace(f"ib-real-{uuid.uuid4().hex[:8]}")
-    kubectl("create", "secret", "generic", "s3", "-n", name, "--from-literal=AWS_ACCESS_KEY_ID=test",
-            "--from-literal=AWS_SECRET_ACCESS_KEY=test", f"--from-literal=AWS_ENDPOINT_URL={store.endpoint}",
-            "--from-literal=AWS_REGION=us-east-1")  # fmt: skip
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "s3",
+        "-n",
+        name,
+        "--from-literal=AWS_ACCESS_KEY_ID=test",
+        "--from-literal=AWS_SECRET_ACCESS_KEY=test",
+        f"--from-literal=AWS_ENDPOINT_URL={store.endpoint}",
+        "--from-literal=AWS_REGION=us-east-1",
+    )
     yield name
     kubectl("delete", "ib", "--all", "-n", name, "--wait=true", "--timeout=60s", check=False)
     kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def _backend(name: str, model: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "serving.inferencebackend.io/v1alpha1", "kind": "InferenceBackend",
-            "metadata": {"name": name},
-            "spec": {"model": model, "hardware": real_hardware(), "resources": TINY_RESOURCES, **spec}}  # fmt: skip
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": name},
+        "spec": {"model": model, "hardware": real_hardware(), "resources": TINY_RESOURCES, **spec},
+    }
 
 
 def _cache_claim(namespace: str) -> str:
     """A claim bound to a hostPath volume (world-writable: the fetch step writes as 65532)."""
     path = host_volume(namespace)
-    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-cache"},
-          "spec": {"capacity": {"storage": "2Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                   "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path)},
-                   "claimRef": {"namespace": namespace, "name": "weights"}}}  # fmt: skip
-    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "weights", "namespace": namespace},
-           "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": f"{namespace}-cache",
-                    "resources": {"requests": {"storage": "2Gi"}}}}  # fmt: skip
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"{namespace}-cache"},
+        "spec": {
+            "capacity": {"storage": "2Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": str(path)},
+            "claimRef": {"namespace": namespace, "name": "weights"},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "weights", "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": f"{namespace}-cache",
+            "resources": {"requests": {"storage": "2Gi"}},
+        },
+    }
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pv, pvc]}))
     return "weights"
 
@@ -127,8 +162,9 @@ ENGINES = ["llamacpp", "onnxruntime", "pytorch"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_engine_serves_on_a_real_node(operator: Operator, rns: str, models: TinyModels, wait_until: Any,
-                                      engine: str) -> None:  # fmt: skip
+def test_engine_serves_on_a_real_node(
+    operator: Operator, rns: str, models: TinyModels, wait_until: Any, engine: str
+) -> None:
     doc = _case(engine, rns)
     doc["metadata"]["namespace"] = rns
     apply(doc)
@@ -180,11 +216,15 @@ def test_faults_as_a_kubelet_makes_them(operator: Operator, rns: str, wait_until
     model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", "credentialsSecret": "s3", **TINY_FACTS}
     missing = "localhost/ib-e2e/not-imported:0"
     cases = {
-        "oom": _backend("oom", model, backend="onnxruntime",
-                        resources={"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "48Mi"}}),
+        "oom": _backend(
+            "oom",
+            model,
+            backend="onnxruntime",
+            resources={"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "48Mi"}},
+        ),
         "crash": _backend("crash", model, backend="onnxruntime", engine={"extraArgs": ["--no-such-flag"]}),
         "pull": _backend("pull", model, backend="onnxruntime", engine={"image": missing}),
-    }  # fmt: skip
+    }
     for doc in cases.values():
         doc["metadata"]["namespace"] = rns
         apply(doc)

@@ -77,14 +77,21 @@ def gateway(node: dict[str, Any]) -> str:
 def real_hardware(**extra: Any) -> dict[str, Any]:
     """spec.hardware for a backend on the real nodes: CPU, only the nodes with REAL_NODE_LABEL, their taint
     tolerated."""
-    return {"accelerator": "cpu", "nodeSelector": {REAL_NODE_LABEL: "true"}, "tolerations": [REAL_NODE_TOLERATION],
-            **extra}  # fmt: skip
+    return {
+        "accelerator": "cpu",
+        "nodeSelector": {REAL_NODE_LABEL: "true"},
+        "tolerations": [REAL_NODE_TOLERATION],
+        **extra,
+    }
 
 
 def restricted_namespace(name: str) -> str:
     """Create namespace ``name`` with Pod Security restricted enforced (RESTRICTED); returns the name."""
-    doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {
-        **RESTRICTED, "inference-backend.dev/e2e": "true"}}}  # fmt: skip
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {**RESTRICTED, "inference-backend.dev/e2e": "true"}},
+    }
     kubectl("apply", "-f", "-", stdin=json.dumps(doc))
     return name
 
@@ -125,8 +132,15 @@ def tiny_models(out: Path | None = None) -> TinyModels:
         "export_onnx(hf, out / 'onnx'); convert_gguf(hf, out / 'model-f32.gguf', m.dtype)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator"), str(ROOT / "testkit")])}
-    res = subprocess.run([str(runners_python()), "-c", code, str(out), TINY], cwd=ROOT, env=env,
-                         capture_output=True, text=True, check=False, timeout=1800)  # fmt: skip
+    res = subprocess.run(
+        [str(runners_python()), "-c", code, str(out), TINY],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"making the tiny models failed:\n{(res.stdout + res.stderr)[-4000:]}")
     return TinyModels(hf=out / "hf", onnx=out / "onnx", gguf=out / "model-f32.gguf")
@@ -149,21 +163,42 @@ def host_volume(name: str) -> Path:
 
 def files_under(root: Path) -> list[tuple[str, bytes]]:
     """(relative path, content) of every file under ``root`` but bench_model's markers: what a store serves."""
-    return [(str(p.relative_to(root)), p.read_bytes()) for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != "ib_bench_model.json"]  # fmt: skip
+    return [
+        (str(p.relative_to(root)), p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "ib_bench_model.json"
+    ]
 
 
 def restricted_pod(name: str, image: str, command: list[str], **spec: Any) -> dict[str, Any]:
     """A one-off pod on a real node that Pod Security restricted admits (non-root, no privilege escalation, no
     capabilities, RuntimeDefault seccomp), never restarted."""
-    container = {"name": "main", "image": image, "imagePullPolicy": "IfNotPresent", "command": command,
-                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                     "runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532}}  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"restartPolicy": "Never", "nodeSelector": {REAL_NODE_LABEL: "true"},
-                     "tolerations": [REAL_NODE_TOLERATION],
-                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                     "containers": [container], **spec}}  # fmt: skip
+    container = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "runAsGroup": 65532,
+        },
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {REAL_NODE_LABEL: "true"},
+            "tolerations": [REAL_NODE_TOLERATION],
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [container],
+            **spec,
+        },
+    }
 
 
 def run_pod(namespace: str, name: str, image: str, command: list[str], timeout: float = 180) -> tuple[str, str]:
