@@ -15,6 +15,7 @@ from ib_testkit.golden import INPUTS, decide, render_text
 from inference_backend import images
 from inference_backend.engines import REGISTRY
 from inference_backend.engines.artifacts import OPERATOR_IMAGE
+from inference_backend.engines.image_catalog import PICKER_IMAGE
 from inference_backend.render import render_result, to_yaml
 from inference_backend.vocabulary import SPEC_HASH
 
@@ -46,7 +47,7 @@ def _render(path: Path, policy: images.Policy) -> list[dict[str, Any]]:
 
 def test_the_catalog_holds_every_image_an_engine_card_names() -> None:
     named = {ref for c in REGISTRY for ref in (*c.images.values(), *c.devices.values())}
-    assert named | {OPERATOR_IMAGE} == set(images.CATALOG.values())
+    assert named | {OPERATOR_IMAGE, PICKER_IMAGE} == set(images.CATALOG.values())
     assert len(set(images.CATALOG.values())) == len(images.CATALOG), "one key per image"
     assert set(images.DESCRIPTIONS) == set(images.CATALOG)
 

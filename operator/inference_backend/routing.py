@@ -14,11 +14,14 @@ the Go module proxy does not serve (docs/routing.md).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from inference_backend import images
 from inference_backend.api import InferenceBackend
 from inference_backend.engines.base import HTTP_PORT
+from inference_backend.engines.image_catalog import PICKER_IMAGE, PICKER_VERSION
 from inference_backend.names import dns1035_label, label_value
 from inference_backend.vocabulary import (
     COMPONENT_LABEL,
@@ -30,15 +33,11 @@ from inference_backend.vocabulary import (
     NAME_LABEL,
     PART_OF,
     PART_OF_LABEL,
+    SPEC_HASH,
 )
 
 Json = dict[str, Any]
-PICKER_VERSION = "v1.6.2"
-"""The Inference Extension release of the picker image and of the CRDs (e2e/gomod/gie/go.mod; a test keeps them
-equal)."""
-PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/lwepp:{PICKER_VERSION}"
-"""The lightweight EPP image the module's Makefile builds (LWEPP_IMAGE_NAME lwepp, from lwepp.Dockerfile:
-distroless static, nonroot), as the Kubernetes image promotion publishes staging images."""
+__all__ = ["PICKER_IMAGE", "PICKER_VERSION", "objects", "picker_name", "picker_name_of", "pool_name"]
 PICKER_COMPONENT = "endpoint-picker"
 GRPC_PORT, HEALTH_PORT, METRICS_PORT = 9002, 9003, 9090
 HEALTH_SERVICE = "inference-extension"
@@ -173,6 +172,10 @@ def _deployment(ib: InferenceBackend, picker: str, lbl: dict[str, str], image_po
         pod_spec["tolerations"] = [t.wire() for t in ib.spec.hardware.tolerations]
     pod_spec = images.apply(pod_spec, image_policy)
     selector = {k: lbl[k] for k in (INSTANCE_LABEL, COMPONENT_LABEL, MANAGED_BY_LABEL)}
+    # the hash of the template, as on the backend's own pods (render.spec_hash: sha256 of its canonical JSON)
+    digest = hashlib.sha256(
+        json.dumps({"metadata": {"labels": lbl}, "spec": pod_spec}, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -180,7 +183,7 @@ def _deployment(ib: InferenceBackend, picker: str, lbl: dict[str, str], image_po
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": selector},
-            "template": {"metadata": {"labels": dict(lbl)}, "spec": pod_spec},
+            "template": {"metadata": {"labels": dict(lbl), "annotations": {SPEC_HASH: digest}}, "spec": pod_spec},
         },
     }
 

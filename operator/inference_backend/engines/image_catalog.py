@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from inference_backend.engines import artifacts, llamacpp, onnxruntime, pytorch, sglang, tgi, vllm
 
+PICKER_VERSION = "v1.6.2"
+"""The Gateway API Inference Extension release of the endpoint picker and its CRDs (e2e/gomod/gie/go.mod; a test
+keeps them equal)."""
+PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/lwepp:{PICKER_VERSION}"
+"""The lightweight EPP image the module's Makefile builds (LWEPP_IMAGE_NAME lwepp, from lwepp.Dockerfile: distroless
+static, nonroot), as the Kubernetes image promotion publishes staging images (routing.py renders it)."""
+
 CATALOG: dict[str, str] = {
     "vllm": vllm.IMAGE,
     "vllmRocm": vllm.ROCM_IMAGE,
@@ -18,6 +25,7 @@ CATALOG: dict[str, str] = {
     "onnxruntime": onnxruntime.IMAGE,
     "onnxruntimeCuda": onnxruntime.IMAGE_CUDA,
     "fetch": artifacts.OPERATOR_IMAGE,
+    "endpointPicker": PICKER_IMAGE,
 }
 """Every image the operator renders on its own, by the key of its override (Helm ``engineImages.<key>``)."""
 DESCRIPTIONS: dict[str, str] = {
@@ -32,4 +40,5 @@ DESCRIPTIONS: dict[str, str] = {
     "onnxruntime": "our ONNX Runtime server on CPU",
     "onnxruntimeCuda": "our ONNX Runtime server on NVIDIA GPUs (onnxruntime-gpu, onnxruntime-genai-cuda)",
     "fetch": "the init container downloading s3://, gs://, hf:// and http(s):// weights",
+    "endpointPicker": "the Gateway API Inference Extension's endpoint picker (spec.routing.inferencePool)",
 }
