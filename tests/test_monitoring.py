@@ -175,7 +175,10 @@ def _served_pods() -> list[tuple[str, dict[str, Any]]]:
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue
-            if doc["kind"] == "Deployment":
+            component = doc["kind"] == "Deployment" and doc["spec"]["template"]["metadata"]["labels"].get(
+                "app.kubernetes.io/component"
+            )
+            if component == "inference-server":  # not the endpoint picker of spec.routing (routing.py)
                 out.append((path.name, doc["spec"]["template"]))
             elif doc["kind"] == "LeaderWorkerSet":
                 tpl = doc["spec"]["leaderWorkerTemplate"]
