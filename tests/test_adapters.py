@@ -14,8 +14,7 @@ import pytest
 from ib_testkit.factories import MODELS, cluster, node, spec
 from inference_backend.decision import InvalidSpec
 from inference_backend.engines import ENGINES, REGISTRY, card
-from inference_backend.fetch import FetchError, check_adapter
-from inference_backend.modelinfo.adapter import Limits, is_adapter, problems, read_adapter
+from inference_backend.modelinfo.adapter import Limits, check_adapter, is_adapter, problems, read_adapter
 from inference_backend.modelinfo.errors import InspectError
 from inference_backend.selection import select
 from pydantic import ValidationError
@@ -242,7 +241,7 @@ def test_peft_facts_and_limits(tmp_path: Path) -> None:
     ]
     found = problems(facts, Limits(64, "gguf", ("q_proj",), 32, "Qwen2ForCausalLM"))
     assert len(found) == 4 and "target modules v_proj" in found[2] and "Qwen2ForCausalLM" in found[3]
-    with pytest.raises(FetchError, match="cannot be served: rank 16 is above"):
+    with pytest.raises(InspectError, match="cannot be served: rank 16 is above"):
         check_adapter(d, Limits(8, "peft"))
 
 

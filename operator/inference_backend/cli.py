@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inference_backend.api import InferenceBackend
 from inference_backend.bench.run import add_arguments as add_bench_arguments
@@ -22,6 +22,9 @@ from inference_backend.controller.config import add_host_path_argument, host_pat
 from inference_backend.facts import duplicate_nodes, group_nodes
 from inference_backend.manifests import ManifestError, load, registry
 from inference_backend.selection import Decision, InvalidSpec, select
+
+if TYPE_CHECKING:
+    from inference_backend.modelinfo.adapter import Limits
 
 EXIT_OK, EXIT_INVALID, EXIT_UNSATISFIABLE = 0, 2, 3
 
@@ -109,7 +112,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return status
 
 
-def _adapter_limits(args: argparse.Namespace) -> object:
+def _adapter_limits(args: argparse.Namespace) -> Limits:
     from inference_backend.modelinfo.adapter import Limits
 
     modules = tuple(m for m in (args.target_modules or "").split(",") if m)
@@ -117,24 +120,27 @@ def _adapter_limits(args: argparse.Namespace) -> object:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from inference_backend.fetch import FetchError, check_adapter, fetch
+    from inference_backend.fetch import FetchError, fetch
+    from inference_backend.modelinfo.adapter import check_adapter
+    from inference_backend.modelinfo.errors import InspectError
 
     try:
         fetch(args.uri, args.dir, fmt=args.format, include=args.include or (), workers=args.workers)
         if args.adapter:
             check_adapter(args.dir, _adapter_limits(args))
-    except FetchError as exc:
+    except (FetchError, InspectError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return EXIT_OK
 
 
 def cmd_adapter_check(args: argparse.Namespace) -> int:
-    from inference_backend.fetch import FetchError, check_adapter
+    from inference_backend.modelinfo.adapter import check_adapter
+    from inference_backend.modelinfo.errors import InspectError
 
     try:
         check_adapter(args.dir, _adapter_limits(args))
-    except FetchError as exc:
+    except InspectError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return EXIT_OK

@@ -306,30 +306,6 @@ def _fetch_into(
     return files
 
 
-def check_adapter(dest: str | Path, limits: Any, out: TextIO | None = None) -> None:
-    """The adapter in ``dest`` against the engine's ``limits`` (modelinfo.adapter.Limits); FetchError naming each
-    problem, so that the pod's init container fails with it before the engine starts."""
-    from inference_backend.modelinfo.adapter import problems, read_adapter
-    from inference_backend.modelinfo.errors import InspectError
-
-    out = out or sys.stdout
-    try:
-        facts = read_adapter(dest)
-    except InspectError as exc:
-        raise FetchError(str(exc)) from exc
-    found = problems(facts, limits)
-    if found:
-        raise FetchError(f"{dest}: the adapter cannot be served: {'; '.join(found)}")
-    modules = ", ".join(facts.target_modules) or facts.target_modules_regex or "?"
-    print(
-        f"adapter {dest}: {facts.format}, rank {facts.rank}, modules {modules}"
-        + (f", base model {facts.base_model}" if facts.base_model else "")
-        + ": within the engine's limits",
-        file=out,
-        flush=True,
-    )
-
-
 def _listed(dest: Path, dir_fd: int) -> list[Path]:
     found = _read_marker(dir_fd)
     names = found.get("files") if isinstance(found, dict) else None

@@ -13,9 +13,10 @@ dimension of the ``*.lora_a`` tensors.
 from __future__ import annotations
 
 import struct
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from inference_backend.modelinfo.errors import InspectError, read_json
 from inference_backend.modelinfo.safetensors_header import read_header
@@ -272,3 +273,22 @@ def problems(facts: AdapterFacts, limits: Limits) -> list[str]:
     if base and want and facts.format == "peft" and base != want:
         out.append(f"trained on a {base} base model, and the served model is {want}")
     return out
+
+
+def check_adapter(dest: str | Path, limits: Limits, out: TextIO | None = None) -> None:
+    """The adapter in ``dest`` against the engine's ``limits``: InspectError naming each problem, so that the pod's
+    init container (``inference-backend fetch --adapter``, ``adapter check``) fails with it before the engine
+    starts. Here, not in fetch (the lowest layer, which knows no model format): fetch copies files, this reads them."""
+    out = out or sys.stdout
+    facts = read_adapter(dest)
+    found = problems(facts, limits)
+    if found:
+        raise InspectError(f"{dest}: the adapter cannot be served: {'; '.join(found)}")
+    modules = ", ".join(facts.target_modules) or facts.target_modules_regex or "?"
+    print(
+        f"adapter {dest}: {facts.format}, rank {facts.rank}, modules {modules}"
+        + (f", base model {facts.base_model}" if facts.base_model else "")
+        + ": within the engine's limits",
+        file=out,
+        flush=True,
+    )
