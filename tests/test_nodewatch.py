@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from ib_testkit.factories import node
 from inference_backend.controller.nodewatch import NodeClasses
 
@@ -79,3 +82,12 @@ def test_the_gpu_ledger_reads_a_dra_workloads_pool_back_from_its_template() -> N
     deployment = next(o for o in render(ib, d) if o["kind"] == "Deployment")
     child = Child("h", slim_child("Deployment", deployment["spec"], {}))
     assert child.gpus == wanted(d, 2)  # the pool (DeviceClass and attributes) and 2 x 4 devices
+
+
+def test_a_listing_naming_a_node_twice_counts_the_first_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    nodes = NodeClasses()
+    with caplog.at_level(logging.WARNING):
+        nodes.replace([node("gpu", "l4", 1), node("gpu", "h100", 8), node("cpu")])
+    assert sorted(nodes.by_name) == ["cpu", "gpu"]
+    assert [c.gpus[0].count for c in nodes.grouped() if c.has_gpu] == [1], "the second gpu node is not counted"
+    assert "node gpu appears twice in one listing: the second is ignored" in caplog.text

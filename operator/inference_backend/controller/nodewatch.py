@@ -90,7 +90,20 @@ class NodeClasses:
 
     def replace(self, nodes: Iterable[dict[str, Any]]) -> bool:
         """A full listing: the nodes not in it are gone. True when a known node changed or left."""
-        return self.replace_classes(dict(hardware_class(n) for n in nodes))
+        classes: dict[str, HardwareClass] = {}
+        for node in nodes:
+            self.add_listed(classes, node)
+        return self.replace_classes(classes)
+
+    def add_listed(self, classes: dict[str, HardwareClass], node: dict[str, Any]) -> None:
+        """Add one Node of a listing to ``classes``; a name the listing already gave is ignored, with the reason in
+        the log (a name is unique in a cluster: counting it twice would double its capacity; the CLI refuses such
+        a node list, facts.duplicate_nodes)."""
+        name, cls = hardware_class(node)
+        if name in classes:
+            log.warning("node %s appears twice in one listing: the second is ignored", name)
+            return
+        classes[name] = self._classes.setdefault(cls, cls)
 
     def replace_classes(self, classes: dict[str, HardwareClass]) -> bool:
         changed = [self.update_class(name, cls) for name, cls in classes.items()]
@@ -178,11 +191,7 @@ class NodeClasses:
                 listing = client.list(Node, chunk_size=500)
                 seen: dict[str, HardwareClass] = {}
                 async for item in listing:  # fetched 500 at a time, parsed one by one: no list of 5,000 Nodes
-                    name, cls = hardware_class(item.to_dict())
-                    if name in seen:  # a name is unique in a cluster: counting it twice would double its capacity
-                        log.warning("node %s appears twice in one listing: the second is ignored", name)
-                        continue
-                    seen[name] = self._classes.setdefault(cls, cls)
+                    self.add_listed(seen, item.to_dict())
                 known = len(self.by_name)
                 changed = self.replace_classes(seen)
                 if self.ready.is_set() and changed:
