@@ -16,6 +16,7 @@ Prints a table and writes JSON (plot it with bench/plot_operator_scale.py). Asse
     make bench-operator                       # the full grid, fresh cluster, JSON + PNG in bench/results/
     make bench-operator BACKENDS=40 NODES=100 # one quick point
     # or, on a running cluster (e2e/up): .venv/bin/python -m bench.operator_scale --backends 100 --nodes 100
+    # another version's operator on the same cluster: IB_BENCH_OPERATOR_SRC=/path/to/checkout/operator ...
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ class Operator:
     def __init__(self, kubeconfig: str, metrics_port: int) -> None:
         self.port = metrics_port
         env = {**os.environ, "KUBECONFIG": kubeconfig}
+        # IB_BENCH_OPERATOR_SRC: another checkout's operator/ source root, so that two versions of the operator are
+        # measured on one cluster in one sitting (before and after a change; this script's own imports stay here).
+        if os.environ.get("IB_BENCH_OPERATOR_SRC"):
+            env["PYTHONPATH"] = os.environ["IB_BENCH_OPERATOR_SRC"]
         logf = (E2E_DIR / "logs" / "bench-operator.log").open("ab")
         level = os.environ.get("IB_BENCH_LOG_LEVEL", "warning")
         cmd = [
