@@ -228,42 +228,14 @@ SILICON_GPUS = {
     "l40s": "NVIDIA-L40S",
 }
 SILICON_OUT = ROOT / "tests" / "data" / "perf-calibration" / "aiconfigurator-silicon.csv"
-COLUMNS = [
-    "id",
-    "engine",
-    "engine_version",
-    "gpu",
-    "gpu_count",
-    "tp",
-    "pp",
-    "replicas",
-    "model",
-    "parameters",
-    "active_parameters",
-    "dtype",
-    "quantization",
-    "kv_dtype",
-    "concurrency",
-    "request_rate",
-    "prompt_tokens",
-    "output_tokens",
-    "ttft_ms_p50",
-    "ttft_ms_p95",
-    "tpot_ms_p50",
-    "output_tokens_per_s",
-    "total_tokens_per_s",
-    "source_url",
-    "source_location",
-    "source_date",
-    "notes",
-    "holdout",
-]
 
 
 def silicon(src: Path, every: int) -> int:
     """Calibration rows from aiconfigurator's silicon_sample.csv: NVIDIA's end-to-end measurements of vLLM and
     SGLang (aggregated serving) for the dense models the tables cover, every ``every``-th row by id."""
     import csv
+
+    from ib_testkit.calibration import COLUMNS  # the project venv's (generate runs in aiconfigurator's)
 
     rows = []
     with src.open(newline="") as f:

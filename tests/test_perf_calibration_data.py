@@ -11,42 +11,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from ib_testkit.calibration import COLUMNS
 from inference_backend.facts.sku_table import SKUS
 
 DIR = Path(__file__).parent / "data" / "perf-calibration"
 CSV = DIR / "published.csv"
 README = DIR / "README.md"
 
-COLUMNS = [
-    "id",
-    "engine",
-    "engine_version",
-    "gpu",
-    "gpu_count",
-    "tp",
-    "pp",
-    "replicas",
-    "model",
-    "parameters",
-    "active_parameters",
-    "dtype",
-    "quantization",
-    "kv_dtype",
-    "concurrency",
-    "request_rate",
-    "prompt_tokens",
-    "output_tokens",
-    "ttft_ms_p50",
-    "ttft_ms_p95",
-    "tpot_ms_p50",
-    "output_tokens_per_s",
-    "total_tokens_per_s",
-    "source_url",
-    "source_location",
-    "source_date",
-    "notes",
-    "holdout",
-]
 ENGINES = {"vllm", "sglang", "tgi", "llamacpp", "onnxruntime", "pytorch"}
 FLOAT_DTYPES = {"fp32", "fp16", "bf16"}
 QUANT_DTYPES = {"fp8", "int8", "int4", "mxfp4"}

@@ -31,37 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ib_testkit import free_port
+from ib_testkit.calibration import COLUMNS
 
-COLUMNS = [
-    "id",
-    "engine",
-    "engine_version",
-    "gpu",
-    "gpu_count",
-    "tp",
-    "pp",
-    "replicas",
-    "model",
-    "parameters",
-    "active_parameters",
-    "dtype",
-    "quantization",
-    "kv_dtype",
-    "concurrency",
-    "request_rate",
-    "prompt_tokens",
-    "output_tokens",
-    "ttft_ms_p50",
-    "ttft_ms_p95",
-    "tpot_ms_p50",
-    "output_tokens_per_s",
-    "total_tokens_per_s",
-    "source_url",
-    "source_location",
-    "source_date",
-    "notes",
-    "holdout",
-]
 SERVERS = {
     "vllm": lambda py, model, port: [
         py,
