@@ -108,3 +108,27 @@ def test_observed_from_deployment() -> None:
     }
     assert Observed.from_deployment(dep) == Observed(3, 2, True, True)
     assert Observed.from_deployment(None) is None
+
+
+def test_a_lost_replica_of_a_complete_rollout_is_degraded_then_ready() -> None:
+    """A pod of a Ready backend deleted (or evicted, or killed) while the others serve: Degraded with the Ready
+    condition's reason ReplicasUnavailable, until the replacement is ready; a rollout or a scale-up is Deploying."""
+    ready = make(observed=Observed(2, 2, True))
+    lost = make(observed=Observed(2, 1, False), previous=ready, now=LATER)
+    c = conds(lost)["Ready"]
+    assert (lost["phase"], lost["ready"], c["status"], c["reason"]) == (
+        "Degraded",
+        "1/2",
+        "True",
+        "ReplicasUnavailable",
+    )
+    assert c["message"].startswith("1/2 replicas ready: 1 of this rollout's pods stopped serving")
+    still = make(observed=Observed(2, 1, False), previous=lost, now=LATER)
+    assert still["phase"] == "Degraded"
+    assert make(observed=Observed(2, 2, True), previous=still, now=LATER)["phase"] == "Ready"
+    scaled_up = make(observed=Observed(3, 2, True), previous=ready, now=LATER)
+    assert scaled_up["phase"] == "Deploying", "more replicas asked for: they are being deployed, nothing was lost"
+    other = Input(2, GOOD, None, ready, LATER, "e", spec_hash="def", workload=Observed(2, 1, False))
+    new_spec = build(other)
+    assert new_spec["phase"] == "Deploying", "a rollout of another spec"
+    assert make(observed=Observed(2, 0, False), previous=ready, now=LATER)["phase"] == "Deploying", "nothing serves"

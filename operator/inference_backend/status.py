@@ -266,7 +266,23 @@ def _readiness(inp: Input, observed: Observed | None, switching: str | None) -> 
         return "Degraded", _pod_condition(serving_now, "ProgressDeadlineExceeded", late, problem)
     if serving_now and ready >= replicas:
         return "Ready", _condition("Ready", True, "Available", f"{ready}/{replicas} replicas ready")
+    if observed is not None and _lost_replicas(inp, observed):
+        lost = f"{ready}/{replicas} replicas ready: {replicas - ready} of this rollout's pods stopped serving"
+        return "Degraded", _pod_condition(True, "ReplicasUnavailable", lost, problem)
     return "Deploying", _pod_condition(serving_now, "Deploying", f"{ready}/{replicas} replicas ready", problem)
+
+
+def _lost_replicas(inp: Input, observed: Observed) -> bool:
+    """Some pods of a complete rollout stopped serving while others serve (a pod deleted, evicted or killed after it
+    served): the last status said Ready (or Degraded) at this spec hash and replica count. A rollout or a scale-up
+    in progress is Deploying instead."""
+    last = inp.previous or {}
+    return (
+        0 < observed.ready_replicas < observed.replicas
+        and last.get("phase") in ("Ready", "Degraded")
+        and last.get("specHash") == inp.spec_hash
+        and last.get("replicas") == observed.replicas
+    )
 
 
 def _notes(inp: Input) -> dict[str, Any]:
