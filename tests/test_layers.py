@@ -66,8 +66,6 @@ def test_the_formatter_owns_the_layout() -> None:
 
 
 LONG_FOR_NOW = {
-    "selection/tree.py:select",
-    "selection/tree.py:_finish",
     "selection/options.py:engine_options",
     "engines/vllm.py:container",
     "engines/tgi.py:container",

@@ -18,7 +18,7 @@ Steps, in order (each appends to the decision path):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.api.model import ModelSpec
@@ -116,6 +116,61 @@ def select(
     check_spec(spec)
     model, reasons = resolve_model(spec.model, registry)
     reasons.append(_describe_model(model))
+    rejected = _engine_refusals(spec, model)
+    candidates = [e for e in ENGINES if e not in rejected]
+    reasons.append(
+        f"format {model.format}, quantization {model.quantization}: candidates {', '.join(candidates) or 'none'}"
+    )
+    if spec.backend != "auto" and spec.backend in rejected:
+        why = f"backend {spec.backend} requested but {rejected[spec.backend]}; not replaced"
+        return _refuse(model, reasons, rejected, why)
+    if spec.backend != "auto":
+        candidates = _requested(spec.backend, candidates, rejected, reasons)
+    if not candidates:
+        return _refuse(model, reasons, rejected, "no engine serves this model format and quantization")
+    classes = _node_classes(spec, cluster, candidates, reasons)
+    draft, draft_why = _draft(spec, model, registry)
+    if draft_why:
+        reasons.append(draft_why)
+    found = _fitting_options(spec, model, draft, candidates, classes, reasons, rejected, avoid, avoid_why)
+    if isinstance(found, Decision):
+        return found
+    all_options, left_out = found
+    prefs = spec.hardware.gpu_products
+    kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
+    # Free capacity only steers new placements: a placement that is kept does not depend on what others use, so
+    # its decision (and status) stays the same while the cluster fills up.
+    busy = frozenset() if kept else _busy_pools(classes.gpu, gpus_in_use or {}, all_options, spec.replicas)
+    best = {engine: sorted(opts, key=lambda o: o.sort_key(prefs, busy))[0] for engine, opts in all_options.items()}
+    if not best:
+        why = "no engine has a placement that fits: " + "; ".join(f"{e}: {rejected[e]}" for e in candidates)
+        return _refuse(model, reasons, rejected, why)
+    lacks = {e: _lacks(card(e), spec, draft) for e in best}
+    order = _ranking(best, lacks, keep, kept, reasons)
+    if kept is not None:
+        best[kept.engine] = kept
+    winner = order[0]
+    choice = best[winner]
+    for engine in order[1:]:
+        rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
+    reasons.append(
+        f"ranked by (objectives missed, features lacking, GPUs or replicas the objectives need, registry "
+        f"order): {', '.join(order)}"
+    )
+    if kept is None:
+        reasons.extend(_no_free_gpus(choice, classes.gpu, gpus_in_use or {}, busy, spec.replicas))
+    ranked = _Ranked(choice, lacks[winner], all_options.get(winner, []))
+    return _decided(spec, cluster, model, (draft, draft_why), ranked, reasons, rejected, classes, left_out)
+
+
+def _refuse(model: ResolvedModel, reasons: list[str], rejected: dict[str, str], why: str) -> Decision:
+    """No engine placed: the path so far, then why not."""
+    return Decision(None, tuple([*reasons, why]), tuple(rejected.items()), model=model)
+
+
+def _engine_refusals(spec: InferenceBackendSpec, model: ResolvedModel) -> dict[str, str]:
+    """Step 2: the engines that cannot serve this model at all (format, quantization, the autoscaling metric or
+    scale to zero, LoRA adapters), each with why, in registry order."""
     rejected: dict[str, str] = {}
     for engine in ENGINES:
         caps = card(engine)
@@ -135,25 +190,31 @@ def select(
             )
         elif spec.adapters and (why := lora_refusal(caps, spec, model)):
             rejected[engine] = why
-    candidates = [e for e in ENGINES if e not in rejected]
-    reasons.append(
-        f"format {model.format}, quantization {model.quantization}: candidates {', '.join(candidates) or 'none'}"
-    )
+    return rejected
 
-    def refuse(why: str) -> Decision:
-        return Decision(None, tuple([*reasons, why]), tuple(rejected.items()), model=model)
 
-    if spec.backend != "auto":
-        if spec.backend in rejected:
-            return refuse(f"backend {spec.backend} requested but {rejected[spec.backend]}; not replaced")
-        for engine in candidates:
-            if engine != spec.backend:
-                rejected[engine] = f"not requested (spec.backend is {spec.backend})"
-        candidates = [spec.backend]
-        reasons.append(f"backend {spec.backend} requested explicitly")
-    if not candidates:
-        return refuse("no engine serves this model format and quantization")
+def _requested(backend: str, candidates: list[str], rejected: dict[str, str], reasons: list[str]) -> list[str]:
+    """Step 3: an explicit ``spec.backend`` (a candidate) is the only one; the others are rejected for it."""
+    for engine in candidates:
+        if engine != backend:
+            rejected[engine] = f"not requested (spec.backend is {backend})"
+    reasons.append(f"backend {backend} requested explicitly")
+    return [backend]
 
+
+@dataclass(frozen=True)
+class _Classes:
+    """The usable hardware classes the GPU and the CPU placements are looked for on."""
+
+    gpu: list[UsableClass]
+    cpu: list[UsableClass]
+
+
+def _node_classes(
+    spec: InferenceBackendSpec, cluster: ClusterFacts, candidates: list[str], reasons: list[str]
+) -> _Classes:
+    """Step 4: the hardware classes the pod can be scheduled on, split by what ``hardware.accelerator`` allows (CPU
+    placements on GPU nodes only when no CPU-only node exists and the spec asks for CPU)."""
     usable, hw_notes = usable_classes(spec.hardware, cluster)
     reasons.extend(hw_notes)
     accel = spec.hardware.accelerator
@@ -170,35 +231,51 @@ def select(
             "no CPU-only node: CPU placements are not considered on GPU nodes (they would hold GPUs "
             "idle; hardware.accelerator: cpu allows it)"
         )
+    return _Classes(gpu_classes, cpu_classes)
 
-    draft, draft_why = _draft(spec, model, registry)
-    if draft_why:
-        reasons.append(draft_why)
 
-    best: dict[str, Option] = {}
+def _on_gpu(options: dict[str, list[Option]]) -> bool:
+    return any(o.placement.gpu for opts in options.values() for o in opts)
+
+
+def _fitting_options(
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    draft: ResolvedModel | None,
+    candidates: list[str],
+    classes: _Classes,
+    reasons: list[str],
+    rejected: dict[str, str],
+    avoid: Current | None,
+    avoid_why: str,
+) -> tuple[dict[str, list[Option]], tuple[Current, str] | None] | Decision:
+    """Step 6: per engine, the placements that fit (less an avoided pool; across nodes when no one node holds the
+    model; GPU placements only under ``accelerator: auto`` when any fits), and the placement left out as avoided;
+    or the refusal when none can."""
+    accel = spec.hardware.accelerator
     all_options: dict[str, list[Option]] = {}
     disk_only: dict[str, str] = {}
     for engine in candidates:
-        options, why, blocked = _engine_options(engine, spec, model, draft, gpu_classes, cpu_classes)
+        options, why, blocked = _engine_options(engine, spec, model, draft, classes.gpu, classes.cpu)
         if blocked:
             disk_only[engine] = blocked
         if not options:
             rejected[engine] = why
             continue
         all_options[engine] = options
-    if disk_only and accel != "cpu" and not any(o.placement.gpu for opts in all_options.values() for o in opts):
-        return refuse(_disk_refusal(disk_only))
+    if disk_only and accel != "cpu" and not _on_gpu(all_options):
+        return _refuse(model, reasons, rejected, _disk_refusal(disk_only))
     left_out: tuple[Current, str] | None = None
     if avoid is not None:
         fewer = _avoiding(avoid, avoid_why, all_options, rejected, reasons)
         left_out = (avoid, avoid_why) if fewer is not all_options else None
         all_options = fewer
-    gpu_fits = any(o.placement.gpu for opts in all_options.values() for o in opts)
-    layout = None if gpu_fits or accel == "cpu" else multi_node_layout(spec, model, candidates, gpu_classes)
+    gpu_fits = _on_gpu(all_options)
+    layout = None if gpu_fits or accel == "cpu" else multi_node_layout(spec, model, candidates, classes.gpu)
     if layout is not None:
-        across = _across_nodes(spec, model, candidates, gpu_classes, rejected, disk_only)
+        across = _across_nodes(spec, model, candidates, classes.gpu, rejected, disk_only)
         if not across and disk_only:
-            return refuse(_disk_refusal(disk_only))
+            return _refuse(model, reasons, rejected, _disk_refusal(disk_only))
         if not across:
             return _too_big(layout, spec, model, reasons, rejected, all_options)
         for engine in all_options:
@@ -210,26 +287,32 @@ def select(
             "at the fewest); placed as a LeaderWorkerSet, never on CPU"
         )
     if accel == "auto" and gpu_fits:
-        for engine, opts in list(all_options.items()):
-            gpu_opts = [o for o in opts if o.placement.gpu is not None]
-            if gpu_opts:
-                all_options[engine] = gpu_opts
-            else:
-                rejected[engine] = "runs on CPU only here, and a GPU placement fits (hardware.accelerator: auto)"
-                del all_options[engine]
-        reasons.append("hardware.accelerator auto: a GPU placement fits, so GPU placements are preferred")
-    prefs = spec.hardware.gpu_products
-    kept = _still_valid(keep, all_options.get(keep.engine, []), prefs) if keep else None
-    # Free capacity only steers new placements: a placement that is kept does not depend on what others use, so
-    # its decision (and status) stays the same while the cluster fills up.
-    busy = frozenset() if kept else _busy_pools(gpu_classes, gpus_in_use or {}, all_options, spec.replicas)
-    for engine, opts in all_options.items():
-        best[engine] = sorted(opts, key=lambda o: o.sort_key(prefs, busy))[0]
-    if not best:
-        reasons.append("no engine has a placement that fits: " + "; ".join(f"{e}: {rejected[e]}" for e in candidates))
-        return Decision(None, tuple(reasons), tuple(rejected.items()), model=model)
+        _prefer_gpus(all_options, rejected, reasons)
+    return all_options, left_out
 
-    lacks = {e: _lacks(card(e), spec, draft) for e in best}
+
+def _prefer_gpus(all_options: dict[str, list[Option]], rejected: dict[str, str], reasons: list[str]) -> None:
+    """``accelerator: auto`` and a GPU placement fits: each engine keeps its GPU placements; one with none is
+    rejected (``all_options`` is changed in place)."""
+    for engine, opts in list(all_options.items()):
+        gpu_opts = [o for o in opts if o.placement.gpu is not None]
+        if gpu_opts:
+            all_options[engine] = gpu_opts
+        else:
+            rejected[engine] = "runs on CPU only here, and a GPU placement fits (hardware.accelerator: auto)"
+            del all_options[engine]
+    reasons.append("hardware.accelerator auto: a GPU placement fits, so GPU placements are preferred")
+
+
+def _ranking(
+    best: dict[str, Option],
+    lacks: dict[str, list[str]],
+    keep: Current | None,
+    kept: Option | None,
+    reasons: list[str],
+) -> list[str]:
+    """Step 7: the engines by (objectives missed, features lacking, cost, registry order), the kept placement's
+    engine first when the current placement is still valid."""
     order = sorted(best, key=lambda e: (len(best[e].misses), len(lacks[e]), _cost(best[e]), ENGINES.index(e)))
     if kept is not None:
         if (kept.engine, kept.placement) != (order[0], best[order[0]].placement):  # else the fresh pick agrees
@@ -237,43 +320,71 @@ def select(
                 f"kept the current placement ({kept.engine} on {kept.placement.describe()}): it is "
                 "still valid, and adding nodes does not move a healthy backend"
             )
-        best[kept.engine] = kept
         order = [kept.engine, *(e for e in order if e != kept.engine)]
     elif keep is not None:
         reasons.append(f"the current placement ({keep.engine}, {keep.describe()}) is no longer valid: selecting again")
-    winner = order[0]
-    choice = best[winner]
-    for engine in order[1:]:
-        rejected[engine] = _ranked_below(winner, choice, lacks[winner], best[engine], lacks[engine])
-    reasons.append(
-        f"ranked by (objectives missed, features lacking, GPUs or replicas the objectives need, registry "
-        f"order): {', '.join(order)}"
-    )
-    gpu = best[winner].placement.gpu
-    if kept is None and gpu is not None and (pool_of(gpu), best[winner].placement.gpus_per_replica) in busy:
-        classes = [(u.hardware, u.nodes) for u in gpu_classes]
-        used = reserved(pool_of(gpu), gpus_in_use or {}, classes)
-        where = ", ".join(f"{k}={v}" for k, v in pool_of(gpu)[1]) or "any node"
-        reasons.append(
-            f"no free {gpu.product} GPUs left for {spec.replicas} replica(s) on the nodes it selects "
-            f"({where}; {used} held by other InferenceBackends): pods wait until some free up"
-        )
+    return order
+
+
+def _no_free_gpus(
+    choice: Option,
+    gpu_classes: list[UsableClass],
+    in_use: Mapping[Pool, int],
+    busy: frozenset[tuple[Pool, int]],
+    replicas: int,
+) -> list[str]:
+    """A reason when the chosen GPU pool has no free devices left for the replicas (its pods wait)."""
+    gpu = choice.placement.gpu
+    if gpu is None or (pool_of(gpu), choice.placement.gpus_per_replica) not in busy:
+        return []
+    classes = [(u.hardware, u.nodes) for u in gpu_classes]
+    used = reserved(pool_of(gpu), in_use, classes)
+    where = ", ".join(f"{k}={v}" for k, v in pool_of(gpu)[1]) or "any node"
+    return [
+        f"no free {gpu.product} GPUs left for {replicas} replica(s) on the nodes it selects "
+        f"({where}; {used} held by other InferenceBackends): pods wait until some free up"
+    ]
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """The winner's chosen option, the requested features its engine lacks, and all its options."""
+
+    choice: Option
+    lacks: list[str]
+    options: list[Option]
+
+
+def _decided(
+    spec: InferenceBackendSpec,
+    cluster: ClusterFacts,
+    model: ResolvedModel,
+    draft: tuple[ResolvedModel | None, str],
+    ranked: _Ranked,
+    reasons: list[str],
+    rejected: dict[str, str],
+    classes: _Classes,
+    left_out: tuple[Current, str] | None,
+) -> Decision:
+    """The Decision on the chosen option (step 8 in _finish), kept off GPU nodes (CPU placements), pinned to an
+    architecture when needed, with its multi-node layout and the placement it avoided."""
+    choice = ranked.choice
     off_gpus: tuple[Expression, ...] = ()
     if choice.placement.gpu is None and not choice.placement.hardware.has_gpu:
         off_gpus, notes = gpu_node_exclusion(cluster, choice.placement.hardware)
         reasons.extend(notes)
-    narrower = _narrower_miss(all_options.get(winner, []), choice)
+    narrower = _narrower_miss(ranked.options, choice)
     if narrower:
         reasons.append(narrower)
-    done = _finish(spec, model, draft, draft_why, choice, lacks[winner], reasons, rejected, off_gpus)
-    done = _pin_arch(done, choice, gpu_classes if choice.placement.gpu is not None else cpu_classes)
+    done = _finish(spec, model, *draft, choice, ranked.lacks, reasons, rejected, off_gpus)
+    done = _pin_arch(done, choice, classes.gpu if choice.placement.gpu is not None else classes.cpu)
     chosen = choice.placement
     if chosen.multi_node and chosen.gpu is not None:
         per_node = spec.kv_cache.memory_fraction * chosen.gpu.memory_mib * MIB * chosen.gpus_per_node
         done = replace(
             done,
             multi_node=MultiNode(
-                winner,
+                choice.engine,
                 chosen.gpu,
                 chosen.gpus_per_node,
                 chosen.pipeline_parallel,
@@ -541,62 +652,18 @@ def _finish(
     rejected: dict[str, str],
     avoid: tuple[Expression, ...] = (),
 ) -> Decision:
+    """The Decision for the chosen option: why it fits and what it serves at, then the engine's features resolved
+    (batching, adapters, prefix cache, KV cache dtype, speculation), each reported."""
     engine = choice.engine
     caps = card(engine)
     p = choice.placement
     reasons.append(f"chosen: {engine} on {p.describe()}")
     _, dtype_notes = serving_dtype(engine, model, p.gpu)
     reasons.extend(dtype_notes)
-    fit = choice.fit
-    plan = choice.plan
-    ctx = (
-        f"{plan.slots} slot(s) x {model.context_length}-token context"
-        if plan.slots
-        else f"one {model.context_length}-token sequence"
-    )
-    reasons.append(
-        f"memory per replica: weights {gib(fit.weights)} GiB + overhead {gib(fit.overhead)} GiB + "
-        f"{ctx} {gib(fit.min_kv)} GiB = {gib(fit.required)} GiB "
-        f"<= {gib(fit.available)} GiB available; KV cache {gib(fit.kv_cache)} GiB "
-        f"({choice.kv_per_token / 1024:.0f} KiB/token, {choice.kv_sequences} full-context sequences)"
-    )
-    _, how = tokens_per_sequence(spec, model.context_length)
-    held = (
-        f"{plan.slots} slots, each holding a full context"
-        if plan.slots
-        else f"{plan.sequences} requests of {plan.tokens_per_sequence} tokens ({how}; KV pages are allocated on demand)"
-    )
-    reasons.append(
-        f"plan: {p.gpus_per_replica or 'no'} GPU(s) per replica, the fewest that fit and meet the "
-        f"per-replica objectives; one replica holds {held}; {plan.replicas} replica(s) for the load "
-        "objectives (more replicas rather than wider ones)"
-    )
-    reasons.extend(choice.notes)
-    e = choice.estimate
-    reasons.append(
-        f"estimated TTFT {_ms(e.ttft_ms)} (p95 {_ms(e.ttft_p95_ms)}), TPOT {_ms(e.tpot_ms)}, "
-        f"{e.tokens_per_second:.0f} tokens/s per replica at {choice.load_how} (an estimate until benchmarked; "
-        f"source: {e.how})"
-    )
-    reasons.extend(f"objective not met: {m}" for m in choice.misses)
-    if choice.misses:
-        reasons.append(f"the binding objective: {choice.misses[0]} on {p.describe()}")
-    strategy = spec.batching.strategy
-    resolved = strategy if strategy in caps.batching else caps.batching[0]
-    if strategy == "auto":
-        resolved = caps.auto_batching.get("gpu" if p.gpu is not None else "cpu", resolved)
-    unsupported = list(lacks)
-    if strategy != resolved and strategy != "auto" and _subsumed(strategy, caps):
-        mapped = (
-            f"batching.strategy {strategy}: mapped to {caps.name}'s continuous batching, which admits "
-            "waiting requests at every step (it subsumes dynamic and static batching)"
-        )
-        reasons.append(f"batching: continuous ({strategy} requested: {mapped.split(': ', 1)[1]})")
-        unsupported.append(mapped)
-    else:
-        reasons.append(f"batching: {resolved}" + (" (auto)" if strategy == "auto" else ""))
-    if resolved == "continuous" and spec.batching.max_wait_millis is not None:
-        unsupported.append("batching.maxWaitMillis: continuous batching admits requests every step; ignored")
+    reasons.extend(_fit_reasons(spec, model, choice))
+    resolved, batching_why, unsupported = _batching(spec, caps, p.gpu is not None)
+    unsupported = [*lacks, *unsupported]
+    reasons.append(batching_why)
     adapters, adapter_notes = adapter_plan(spec, caps)
     reasons.extend(adapter_notes)
     prefix = spec.prefix_cache.enabled and caps.prefix_cache
@@ -613,6 +680,7 @@ def _finish(
         )
     reasons.append(f"speculative decoding: {'on' if speculation.enabled else 'off'} ({speculation.reason})")
     b = spec.batching
+    fit = choice.fit
     return Decision(
         backend=engine,
         reasons=tuple(reasons),
@@ -627,11 +695,74 @@ def _finish(
         serving_dtype=choice.serving_dtype,
         kv_cache_dtype=kv_dtype,
         estimate=_estimate_json(choice),
-        plan=plan,
+        plan=choice.plan,
         host=choice.host,
         avoid_labels=avoid,
         adapters=adapters,
     )
+
+
+def _fit_reasons(spec: InferenceBackendSpec, model: ResolvedModel, choice: Option) -> list[str]:
+    """Why the chosen option fits (memory per replica, the replica plan) and what it is estimated to serve at,
+    with the objectives it misses."""
+    fit = choice.fit
+    plan = choice.plan
+    p = choice.placement
+    ctx = (
+        f"{plan.slots} slot(s) x {model.context_length}-token context"
+        if plan.slots
+        else f"one {model.context_length}-token sequence"
+    )
+    out = [
+        f"memory per replica: weights {gib(fit.weights)} GiB + overhead {gib(fit.overhead)} GiB + "
+        f"{ctx} {gib(fit.min_kv)} GiB = {gib(fit.required)} GiB "
+        f"<= {gib(fit.available)} GiB available; KV cache {gib(fit.kv_cache)} GiB "
+        f"({choice.kv_per_token / 1024:.0f} KiB/token, {choice.kv_sequences} full-context sequences)"
+    ]
+    _, how = tokens_per_sequence(spec, model.context_length)
+    held = (
+        f"{plan.slots} slots, each holding a full context"
+        if plan.slots
+        else f"{plan.sequences} requests of {plan.tokens_per_sequence} tokens ({how}; KV pages are allocated on demand)"
+    )
+    out.append(
+        f"plan: {p.gpus_per_replica or 'no'} GPU(s) per replica, the fewest that fit and meet the "
+        f"per-replica objectives; one replica holds {held}; {plan.replicas} replica(s) for the load "
+        "objectives (more replicas rather than wider ones)"
+    )
+    out.extend(choice.notes)
+    e = choice.estimate
+    out.append(
+        f"estimated TTFT {_ms(e.ttft_ms)} (p95 {_ms(e.ttft_p95_ms)}), TPOT {_ms(e.tpot_ms)}, "
+        f"{e.tokens_per_second:.0f} tokens/s per replica at {choice.load_how} (an estimate until benchmarked; "
+        f"source: {e.how})"
+    )
+    out.extend(f"objective not met: {m}" for m in choice.misses)
+    if choice.misses:
+        out.append(f"the binding objective: {choice.misses[0]} on {p.describe()}")
+    return out
+
+
+def _batching(spec: InferenceBackendSpec, caps: EngineCard, on_gpu: bool) -> tuple[str, str, list[str]]:
+    """The batching strategy the engine runs (dynamic and static mapped to continuous where it subsumes them; the
+    engine's own choice under auto), its reason, and what of the request it does not honour."""
+    strategy = spec.batching.strategy
+    resolved = strategy if strategy in caps.batching else caps.batching[0]
+    if strategy == "auto":
+        resolved = caps.auto_batching.get("gpu" if on_gpu else "cpu", resolved)
+    unsupported = []
+    if strategy != resolved and strategy != "auto" and _subsumed(strategy, caps):
+        mapped = (
+            f"batching.strategy {strategy}: mapped to {caps.name}'s continuous batching, which admits "
+            "waiting requests at every step (it subsumes dynamic and static batching)"
+        )
+        why = f"batching: continuous ({strategy} requested: {mapped.split(': ', 1)[1]})"
+        unsupported.append(mapped)
+    else:
+        why = f"batching: {resolved}" + (" (auto)" if strategy == "auto" else "")
+    if resolved == "continuous" and spec.batching.max_wait_millis is not None:
+        unsupported.append("batching.maxWaitMillis: continuous batching admits requests every step; ignored")
+    return resolved, why, unsupported
 
 
 def _ms(v: float) -> str:
