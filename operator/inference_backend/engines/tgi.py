@@ -11,7 +11,7 @@ tests/contracts/data/tgi-3.3.7-launcher.json.
 from __future__ import annotations
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
-from inference_backend.decision import Decision
+from inference_backend.decision import Decision, ResolvedModel
 from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
@@ -22,6 +22,8 @@ from inference_backend.engines.base import (
     Endpoints,
     EngineContainer,
     FlagBound,
+    Json,
+    PodParts,
     assemble,
     cached_pod_parts,
     gpus,
@@ -75,6 +77,47 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     notes: list[str] = []
     art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
+    _model_args(a, decision, model, art)
+    _batching_args(a, decision, spec, notes)
+    _kv_cache_args(a, decision, spec, notes)
+    s = decision.speculation
+    if s.enabled and s.method == "ngram":
+        # main.rs speculate: "Other wise, it will use n-gram speculation" (Medusa heads when the model has them)
+        a.add("--speculate", s.num_tokens, source="spec.speculativeDecoding.numSpeculativeTokens")
+    if model.served_name:
+        notes.append(
+            f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
+            "in OpenAI requests; the name is not enforced"
+        )
+
+    adapters = lora.served(decision, LORA) if decision.adapters.items else lora.Served((), ())
+    parts = cached_pod_parts(decision, art, *adapters.artifacts)
+    reserved = {_env_name(f.name): f.source for f in a.flags}
+    if adapters.paths:
+        reserved["LORA_ADAPTERS"] = "spec.adapters"
+    # router: GET /health, GET /metrics on the API port
+    return assemble(
+        engine=ENGINE,
+        version=VERSION,
+        image=IMAGE,
+        command=COMMAND,
+        args=a,
+        env=_env(decision, adapters, parts),
+        aliases=ALIASES,
+        decision=decision,
+        spec=spec,
+        notes=notes,
+        endpoints=ENDPOINTS,
+        init=parts.init,
+        reserved_env=reserved,
+        volumes=parts.volumes,
+        mounts=parts.mounts,
+        bounds=FLAG_BOUNDS,
+    )
+
+
+def _model_args(a: ArgBuilder, decision: Decision, model: ResolvedModel, art: artifacts.Artifact) -> None:
+    """The model, where the router listens, the shards and the weights' number format."""
     a.add("--model-id", art.reference, source="spec.model.uri")  # main.rs model_id
     a.add("--hostname", HOST, source="the operator (listen on all addresses)")  # main.rs hostname
     a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # main.rs port (long; never -p here)
@@ -85,7 +128,12 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         a.add("--quantize", QUANTIZE[model.quantization], source="spec.model.quantization")
     elif decision.serving_dtype in ("float16", "bfloat16"):
         a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")  # main.rs enum Dtype
-    ctx = model.context_length
+
+
+def _batching_args(a: ArgBuilder, decision: Decision, spec: InferenceBackendSpec, notes: list[str]) -> None:
+    """Token limits per request and per prefill, the batch size and the requests admitted at once."""
+    assert decision.model is not None and decision.batching is not None
+    ctx = decision.model.context_length
     # main.rs max_input_tokens ("Legacy version: max_input_length") and max_total_tokens (prompt + generated).
     a.add("--max-input-tokens", ctx - 1, source="spec.model.contextLength")
     a.add("--max-total-tokens", ctx, source="spec.model.contextLength")
@@ -111,31 +159,27 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
             max(DEFAULT_MAX_CONCURRENT, 2 * want),
             source="spec.batching.maxBatchSize / spec.objectives.concurrency",
         )
+
+
+def _kv_cache_args(a: ArgBuilder, decision: Decision, spec: InferenceBackendSpec, notes: list[str]) -> None:
+    """The GPU memory the KV cache may take and its number format (TGI's block size is fixed)."""
     # main.rs cuda_memory_fraction (default 1.0)
     a.add("--cuda-memory-fraction", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
     if decision.kv_cache_dtype in KV_DTYPES:
         a.add("--kv-cache-dtype", KV_DTYPES[decision.kv_cache_dtype], source="spec.kvCache.dtype")  # main.rs
     if spec.kv_cache.block_size != 16:
         notes.append("kvCache.blockSize: TGI has no block size flag (its paged attention block is fixed); ignored")
-    s = decision.speculation
-    if s.enabled and s.method == "ngram":
-        # main.rs speculate: "Other wise, it will use n-gram speculation" (Medusa heads when the model has them)
-        a.add("--speculate", s.num_tokens, source="spec.speculativeDecoding.numSpeculativeTokens")
-    if model.served_name:
-        notes.append(
-            f"model.servedName {model.served_name}: TGI serves one model and accepts any `model` value "
-            "in OpenAI requests; the name is not enforced"
-        )
 
-    adapters = lora.served(decision, LORA) if decision.adapters.items else lora.Served((), ())
-    parts = cached_pod_parts(decision, art, *adapters.artifacts)
+
+def _env(decision: Decision, adapters: lora.Served, parts: PodParts) -> tuple[Json, ...]:
+    """The launcher's environment: LoRA adapters, prefix caching, the hub cache, no usage reporting, HF_TOKEN."""
     # main.rs lora_adapters (env LORA_ADAPTERS): comma-separated adapter ids, each `id` or `id=path`
     # (server/text_generation_server/utils/adapter.py parse_lora_adapters); a request names one in `adapter_id`, or
     # through the OpenAI `model` field (router/src/lib.rs: adapter_id = model unless "tgi").
     lora_env = (
         ({"name": "LORA_ADAPTERS", "value": ",".join(f"{n}={p}" for n, p in adapters.paths)},) if adapters.paths else ()
     )
-    env = merge_named(
+    return merge_named(
         lora_env,
         # main.rs resolve_attention(): PREFIX_CACHING env ("0" disables; unset = on for most models).
         ({"name": "PREFIX_CACHING", "value": "1" if decision.prefix_cache else "0"},),
@@ -144,28 +188,6 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # main.rs usage_stats (env USAGE_STATS): no usage reporting from the cluster.
         ({"name": "USAGE_STATS", "value": "off"},),
         parts.env,  # HF_TOKEN: read by the launcher (get_config) and the shards
-    )
-    reserved = {_env_name(f.name): f.source for f in a.flags}
-    if adapters.paths:
-        reserved["LORA_ADAPTERS"] = "spec.adapters"
-    # router: GET /health, GET /metrics on the API port
-    return assemble(
-        engine=ENGINE,
-        version=VERSION,
-        image=IMAGE,
-        command=COMMAND,
-        args=a,
-        env=env,
-        aliases=ALIASES,
-        decision=decision,
-        spec=spec,
-        notes=notes,
-        endpoints=ENDPOINTS,
-        init=parts.init,
-        reserved_env=reserved,
-        volumes=parts.volumes,
-        mounts=parts.mounts,
-        bounds=FLAG_BOUNDS,
     )
 
 
