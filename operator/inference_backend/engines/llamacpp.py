@@ -127,59 +127,20 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     p = placement(decision)
     model = decision.model
     assert model is not None and decision.batching is not None
-    notes: list[str] = []
     on_gpu = p.gpu is not None
     art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
-    if art.hf_repo is not None:
-        # arg.cpp -hf/-hfr/--hf-repo <user>/<model>[:quant] and -hff/--hf-file: llama-server downloads into
-        # LLAMA_CACHE (resumable, cached) with HF_TOKEN (-hft reads env HF_TOKEN). Chosen over an init container
-        # because it is the engine's own verified loader and needs no second image.
-        a.add(
-            "-hf", art.hf_repo if art.hf_file else _with_quant(art.hf_repo, model.quantization), source="spec.model.uri"
-        )
-        if art.hf_file:
-            a.add("-hff", art.hf_file, source="spec.model.uri")
-    else:
-        a.add("-m", art.reference, source="spec.model.uri")  # arg.cpp -m/--model FNAME
-    a.add("--host", HOST, source="the operator (listen on all addresses)")  # arg.cpp --host
-    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # arg.cpp --port
-    a.add("-a", served_name(decision, name), source="spec.model.servedName")  # arg.cpp -a/--alias
-    b = decision.batching
-    # the selection's plan: maxBatchSize, else concurrency, else DEFAULT_SLOTS, reduced to the slots whose full
-    # contexts fit (selection/options.py _fit_slots)
-    slots = decision.plan.slots if decision.plan and decision.plan.slots else DEFAULT_SLOTS
-    # arg.cpp -np/--parallel: slots decoded together (the batch size of continuous batching)
-    a.add("-np", slots, source="spec.batching.maxBatchSize (the slots that fit)")
-    # arg.cpp -c/--ctx-size is the TOTAL context shared by all slots: per-slot context x slots.
-    a.add("-c", model.context_length * slots, source="spec.model.contextLength x spec.batching.maxBatchSize")
-    # arg.cpp -cb/--cont-batching, -nocb/--no-cont-batching (server only)
-    a.add("-cb" if b.strategy == "continuous" else "--no-cont-batching", source="spec.batching.strategy")
-    if b.max_batch_tokens is not None:
-        # arg.cpp -b/--batch-size (logical batch: tokens per decode call) and -ub/--ubatch-size (physical)
-        a.add("-b", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
-        a.add("-ub", min(UBATCH, b.max_batch_tokens), source="spec.batching.maxBatchTokens")
-    kv = KV_TYPES.get(decision.kv_cache_dtype)
-    if kv is not None:
-        a.add("-ctk", kv, source="spec.kvCache.dtype")  # arg.cpp -ctk/--cache-type-k
-        a.add("-ctv", kv, source="spec.kvCache.dtype")  # arg.cpp -ctv/--cache-type-v
-        if kv.startswith("q"):
-            # A quantized V cache needs flash attention; arg.cpp -fa/--flash-attn [on|off|auto]
-            a.add("--flash-attn", "on", source="spec.kvCache.dtype (quantized V cache)")
-    # arg.cpp -ngl/--gpu-layers: all layers on the GPU, none on CPU
-    a.add("-ngl", 999 if on_gpu else 0, source="the decision's placement")
-    if gpus(decision) > 1:
-        # arg.cpp -sm/--split-mode {none,layer,row}: layers and KV split over every GPU the device plugin gave
-        # the container (all visible).
-        a.add("-sm", "layer", source="the decision's placement (GPUs per replica)")
-    if not on_gpu:
-        a.add("-t", cpu_cores(decision), source="the decision's placement (CPU cores)")  # arg.cpp -t/--threads
+    _model_args(a, decision, art, name)
+    _batching_args(a, decision)
+    _kv_cache_args(a, decision)
+    _device_args(a, decision, on_gpu)
     # Prompt (prefix) cache: --cache-prompt/--no-cache-prompt (in the b11312 flag list) and --cache-reuse N (min
     # chunk reused via KV shifting; 0 disables).
     a.add("--cache-prompt" if decision.prefix_cache else "--no-cache-prompt", source="spec.prefixCache.enabled")
     a.add("--cache-reuse", CACHE_REUSE_TOKENS if decision.prefix_cache else 0, source="spec.prefixCache.enabled")
     a.add("--metrics", source="the operator (Prometheus /metrics)")  # arg.cpp --metrics
     draft_art = _draft(decision, a, on_gpu)
+    notes: list[str] = []
     if spec.kv_cache.memory_fraction != 0.9:
         notes.append(
             "kvCache.memoryFraction: llama-server allocates exactly the -c context; the fraction only "
@@ -210,6 +171,66 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         mounts=parts.mounts,
         bounds=FLAG_BOUNDS,
     )
+
+
+def _model_args(a: ArgBuilder, decision: Decision, art: artifacts.Artifact, name: str) -> None:
+    """The model (a Hugging Face repository llama-server downloads, or a file), where it listens, its name."""
+    assert decision.model is not None
+    if art.hf_repo is not None:
+        # arg.cpp -hf/-hfr/--hf-repo <user>/<model>[:quant] and -hff/--hf-file: llama-server downloads into
+        # LLAMA_CACHE (resumable, cached) with HF_TOKEN (-hft reads env HF_TOKEN). Chosen over an init container
+        # because it is the engine's own verified loader and needs no second image.
+        repo = art.hf_repo if art.hf_file else _with_quant(art.hf_repo, decision.model.quantization)
+        a.add("-hf", repo, source="spec.model.uri")
+        if art.hf_file:
+            a.add("-hff", art.hf_file, source="spec.model.uri")
+    else:
+        a.add("-m", art.reference, source="spec.model.uri")  # arg.cpp -m/--model FNAME
+    a.add("--host", HOST, source="the operator (listen on all addresses)")  # arg.cpp --host
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # arg.cpp --port
+    a.add("-a", served_name(decision, name), source="spec.model.servedName")  # arg.cpp -a/--alias
+
+
+def _batching_args(a: ArgBuilder, decision: Decision) -> None:
+    """The slots decoded together, the total context they share, continuous or static batching, the batch sizes."""
+    assert decision.model is not None and decision.batching is not None
+    b = decision.batching
+    # the selection's plan: maxBatchSize, else concurrency, else DEFAULT_SLOTS, reduced to the slots whose full
+    # contexts fit (selection/options.py _fit_slots)
+    slots = decision.plan.slots if decision.plan and decision.plan.slots else DEFAULT_SLOTS
+    # arg.cpp -np/--parallel: slots decoded together (the batch size of continuous batching)
+    a.add("-np", slots, source="spec.batching.maxBatchSize (the slots that fit)")
+    # arg.cpp -c/--ctx-size is the TOTAL context shared by all slots: per-slot context x slots.
+    a.add("-c", decision.model.context_length * slots, source="spec.model.contextLength x spec.batching.maxBatchSize")
+    # arg.cpp -cb/--cont-batching, -nocb/--no-cont-batching (server only)
+    a.add("-cb" if b.strategy == "continuous" else "--no-cont-batching", source="spec.batching.strategy")
+    if b.max_batch_tokens is not None:
+        # arg.cpp -b/--batch-size (logical batch: tokens per decode call) and -ub/--ubatch-size (physical)
+        a.add("-b", b.max_batch_tokens, source="spec.batching.maxBatchTokens")
+        a.add("-ub", min(UBATCH, b.max_batch_tokens), source="spec.batching.maxBatchTokens")
+
+
+def _kv_cache_args(a: ArgBuilder, decision: Decision) -> None:
+    """The KV cache's number format (a quantized one with flash attention)."""
+    kv = KV_TYPES.get(decision.kv_cache_dtype)
+    if kv is not None:
+        a.add("-ctk", kv, source="spec.kvCache.dtype")  # arg.cpp -ctk/--cache-type-k
+        a.add("-ctv", kv, source="spec.kvCache.dtype")  # arg.cpp -ctv/--cache-type-v
+        if kv.startswith("q"):
+            # A quantized V cache needs flash attention; arg.cpp -fa/--flash-attn [on|off|auto]
+            a.add("--flash-attn", "on", source="spec.kvCache.dtype (quantized V cache)")
+
+
+def _device_args(a: ArgBuilder, decision: Decision, on_gpu: bool) -> None:
+    """The layers on the GPUs (split over several) or the CPU threads."""
+    # arg.cpp -ngl/--gpu-layers: all layers on the GPU, none on CPU
+    a.add("-ngl", 999 if on_gpu else 0, source="the decision's placement")
+    if gpus(decision) > 1:
+        # arg.cpp -sm/--split-mode {none,layer,row}: layers and KV split over every GPU the device plugin gave
+        # the container (all visible).
+        a.add("-sm", "layer", source="the decision's placement (GPUs per replica)")
+    if not on_gpu:
+        a.add("-t", cpu_cores(decision), source="the decision's placement (CPU cores)")  # arg.cpp -t/--threads
 
 
 def _adapters(decision: Decision, a: ArgBuilder) -> lora.Served:
