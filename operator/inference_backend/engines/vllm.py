@@ -98,45 +98,8 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
     notes: list[str] = []
     art = artifacts.resolve(model, OWN_HF_LOADER)
     a = ArgBuilder()
-    # `vllm serve <model_tag>`: positional model (entrypoints/cli/serve.py); a repository id or a local path.
-    a.positional.append(art.reference)
-    a.add("--host", HOST, source="the operator (listen on all addresses)")  # openai/cli_args.py --host
-    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # openai/cli_args.py --port
-    # ModelConfig: --served-model-name
-    a.add("--served-model-name", served_name(decision, name), source="spec.model.servedName")
-    # ParallelConfig: --tensor-parallel-size / -tp
-    a.add("--tensor-parallel-size", gpus(decision), source="the decision's placement (GPUs per replica)")
-    # ModelConfig: --dtype {auto,half,float16,bfloat16,float,float32}
-    if model.quantization in ("awq", "gptq"):
-        # AWQ/GPTQ kernels compute in float16 (arg_utils help: "half ... Recommended for AWQ quantization").
-        a.add("--dtype", "float16", source="spec.model.quantization")
-    elif decision.serving_dtype in ("float16", "bfloat16", "float32"):
-        a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")
-    # ModelConfig: --quantization / -q. AWQ/GPTQ checkpoints carry quantization_config and vLLM then picks the
-    # fastest kernel (awq_marlin/gptq_marlin); forcing "awq" would pin the slow one, so only the in-flight scheme
-    # is passed. bitsandbytes is not a 0.33.0 method (the catalog never selects vLLM for it).
-    if model.quantization == "bitsandbytes":
-        raise InvalidSpec("spec.model.quantization", "bitsandbytes is not a vLLM 0.33.0 quantization method")
-    if model.quantization == "fp8":
-        a.add("--quantization", model.quantization, source="spec.model.quantization")
-    a.add("--max-model-len", model.context_length, source="spec.model.contextLength")  # ModelConfig
-    # CacheConfig: --gpu-memory-utilization (0, 1]
-    a.add("--gpu-memory-utilization", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
-    if spec.kv_cache.block_size in CUDA_BLOCK_SIZES:
-        a.add("--block-size", spec.kv_cache.block_size, source="spec.kvCache.blockSize")  # CacheConfig
-    else:
-        notes.append(
-            f"kvCache.blockSize {spec.kv_cache.block_size}: vLLM on CUDA takes 1, 8, 16 or 32; its default is used"
-        )
-    kv = _kv_dtype(decision, notes)
-    if kv is not None:
-        # CacheConfig.cache_dtype: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla
-        a.add("--kv-cache-dtype", kv, source="spec.kvCache.dtype")
-    if spec.kv_cache.cpu_offload_gi_b > 0:
-        # CacheConfig.kv_offloading_backend ("native" = vLLM's own CPU offloading) + kv_offloading_size (GiB,
-        # the total across TP ranks). Not --swap-space (V0 preemption swap, removed upstream).
-        a.add("--kv-offloading-backend", "native", source="spec.kvCache.cpuOffloadGiB")
-        a.add("--kv-offloading-size", spec.kv_cache.cpu_offload_gi_b, source="spec.kvCache.cpuOffloadGiB")
+    _model_args(a, decision, art, name)
+    _kv_cache_args(a, decision, spec, notes)
     # CacheConfig.enable_prefix_caching. 0.33.0 uses EnableDisableAction (utils/argparse_utils.py): the documented
     # negation is --disable-prefix-caching (the legacy --no-enable-prefix-caching is still parsed, hidden from --help).
     prefix = "--enable-prefix-caching" if decision.prefix_cache else "--disable-prefix-caching"
@@ -181,6 +144,56 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         mounts=parts.mounts,
         worker=worker,
     )
+
+
+def _model_args(a: ArgBuilder, decision: Decision, art: artifacts.Artifact, name: str) -> None:
+    """The model, where the API server listens, its served name, the GPUs it is split over, the number formats
+    it computes in and its context length."""
+    model = decision.model
+    assert model is not None
+    # `vllm serve <model_tag>`: positional model (entrypoints/cli/serve.py); a repository id or a local path.
+    a.positional.append(art.reference)
+    a.add("--host", HOST, source="the operator (listen on all addresses)")  # openai/cli_args.py --host
+    a.add("--port", HTTP_PORT, source="the operator (port 8000)")  # openai/cli_args.py --port
+    # ModelConfig: --served-model-name
+    a.add("--served-model-name", served_name(decision, name), source="spec.model.servedName")
+    # ParallelConfig: --tensor-parallel-size / -tp
+    a.add("--tensor-parallel-size", gpus(decision), source="the decision's placement (GPUs per replica)")
+    # ModelConfig: --dtype {auto,half,float16,bfloat16,float,float32}
+    if model.quantization in ("awq", "gptq"):
+        # AWQ/GPTQ kernels compute in float16 (arg_utils help: "half ... Recommended for AWQ quantization").
+        a.add("--dtype", "float16", source="spec.model.quantization")
+    elif decision.serving_dtype in ("float16", "bfloat16", "float32"):
+        a.add("--dtype", decision.serving_dtype, source="spec.model.dtype")
+    # ModelConfig: --quantization / -q. AWQ/GPTQ checkpoints carry quantization_config and vLLM then picks the
+    # fastest kernel (awq_marlin/gptq_marlin); forcing "awq" would pin the slow one, so only the in-flight scheme
+    # is passed. bitsandbytes is not a 0.33.0 method (the catalog never selects vLLM for it).
+    if model.quantization == "bitsandbytes":
+        raise InvalidSpec("spec.model.quantization", "bitsandbytes is not a vLLM 0.33.0 quantization method")
+    if model.quantization == "fp8":
+        a.add("--quantization", model.quantization, source="spec.model.quantization")
+    a.add("--max-model-len", model.context_length, source="spec.model.contextLength")  # ModelConfig
+
+
+def _kv_cache_args(a: ArgBuilder, decision: Decision, spec: InferenceBackendSpec, notes: list[str]) -> None:
+    """The GPU memory the KV cache may take, its block size and number format, and its offload to CPU memory."""
+    # CacheConfig: --gpu-memory-utilization (0, 1]
+    a.add("--gpu-memory-utilization", spec.kv_cache.memory_fraction, source="spec.kvCache.memoryFraction")
+    if spec.kv_cache.block_size in CUDA_BLOCK_SIZES:
+        a.add("--block-size", spec.kv_cache.block_size, source="spec.kvCache.blockSize")  # CacheConfig
+    else:
+        notes.append(
+            f"kvCache.blockSize {spec.kv_cache.block_size}: vLLM on CUDA takes 1, 8, 16 or 32; its default is used"
+        )
+    kv = _kv_dtype(decision, notes)
+    if kv is not None:
+        # CacheConfig.cache_dtype: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla
+        a.add("--kv-cache-dtype", kv, source="spec.kvCache.dtype")
+    if spec.kv_cache.cpu_offload_gi_b > 0:
+        # CacheConfig.kv_offloading_backend ("native" = vLLM's own CPU offloading) + kv_offloading_size (GiB,
+        # the total across TP ranks). Not --swap-space (V0 preemption swap, removed upstream).
+        a.add("--kv-offloading-backend", "native", source="spec.kvCache.cpuOffloadGiB")
+        a.add("--kv-offloading-size", spec.kv_cache.cpu_offload_gi_b, source="spec.kvCache.cpuOffloadGiB")
 
 
 MAX_GPU_LORAS = 8
