@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -54,6 +55,12 @@ DTYPE = {
 GIB = 2**30
 MEASURED_GPU = "measured-gpu.csv"
 """Rows bench/gpu/calibration_rows.py wrote on a lent GPU: where an engine/vendor has some, the fit uses only those."""
+BURST = re.compile(
+    r"sent at once|submitted at once|submitted together|request rate inf|one batch of|Offline: the harness", re.I
+)
+"""How a row's notes describe a burst: its ``concurrency`` requests sent together, once (an offline batch,
+vLLM's benchmark_latency, a serving benchmark at request rate inf), which the model simulates step by step
+(workload.burst) rather than taking as that many users in a closed loop."""
 DEFAULT_LENGTHS = (128, 200)
 """(prompt, output) tokens assumed where a row states only the other one (its notes say what the source gives)."""
 
@@ -155,6 +162,7 @@ def case(row: dict[str, str]) -> Case | None:
         output,
         concurrency=conc / replicas if conc else None,
         rate=rate / replicas if rate and not conc else None,
+        burst=bool(conc) and bool(BURST.search(row.get("notes") or "")),
     )
     if load.concurrency is None and load.rate is None:
         return None
@@ -317,13 +325,13 @@ def _plot(cases: list[Case]) -> None:
 
 
 FIT_GRID = {
-    "prefill": (0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75),
+    "prefill": (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.45, 0.55, 0.65, 0.75),
     "decode": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-    "step_ms": (0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+    "step_ms": (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0),
     "seq_us": (5.0, 15.0, 50.0, 150.0, 400.0),
-    "layer_us": (0.0, 30.0, 100.0, 250.0, 550.0),
-    "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
-    "request_ms": (2.0, 8.0, 20.0, 40.0),
+    "layer_us": (0.0, 30.0, 60.0, 100.0, 150.0, 200.0, 250.0, 350.0, 550.0),
+    "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
+    "request_ms": (2.0, 8.0, 20.0, 40.0, 80.0),
 }
 
 
@@ -358,9 +366,15 @@ def _set(slot: tuple[str, str, str], eff: Any) -> None:
         object.__setattr__(perf, "efficiency", effs)
 
 
+LOSS_CLIP = 1.5
+"""The fit minimizes the mean of |log2(estimate / measured)| clipped at this (2.8x): unlike the median, the mean
+weighs every row (the target counts rows within 2x), and the clip keeps a few rows the physics cannot reach
+(launch-bound prefill of early DeepSeek-R1 support, say) from pulling every other row off."""
+
+
 def fit() -> int:
-    """Coordinate descent over FIT_GRID, per efficiency entry with rows, on the median |log2| of the non-held-out
-    rows it rates."""
+    """Coordinate descent over FIT_GRID, per efficiency entry with rows, on the clipped mean |log2| of the
+    non-held-out rows it rates (LOSS_CLIP)."""
     cases = [c for r in load_rows() if (c := case(r)) is not None and not c.holdout]
     groups: dict[tuple[str, str, str], list[Case]] = defaultdict(list)
     for c in cases:
@@ -377,8 +391,8 @@ def fit() -> int:
 
         def score(e: Any, group: list[Case] = group, key: tuple[str, str, str] = key) -> float:
             _set(key, e)
-            vals = [log2err(p) for c in group for p in errors(c).values()]
-            return statistics.median(vals) if vals else 0.0
+            vals = [min(log2err(p), LOSS_CLIP) for c in group for p in errors(c).values()]
+            return statistics.fmean(vals) if vals else 0.0
 
         first = score(eff)
         best, best_score = eff, first
@@ -391,9 +405,13 @@ def fit() -> int:
                         best, best_score = cand, sc
         _set(key, best)
         print(
-            f"{key}: n={len(group)} median |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
+            f"{key}: n={len(group)} clipped mean |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
             f"decode {best.decode}, step_ms {best.step_ms}, seq_us {best.seq_us}, layer_us {best.layer_us}, "
             f"burst {best.burst}, request_ms {best.request_ms}"
+        )
+        print(
+            f"    Efficiency({best.prefill}, {best.decode}, {best.step_ms}, {best.seq_us}, {best.request_ms}, ..., "
+            f"{best.layer_us}, {best.burst})"
         )
     return 0
 

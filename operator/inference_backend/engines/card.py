@@ -86,9 +86,11 @@ class Efficiency:
     """Host time per layer per step to launch its kernels (eager engines without CUDA graphs): a step takes at
     least ``layers x layer_us``, whatever the devices' speed."""
     burst: float = 0.1
-    """Share of a synchronized wave's prefill queue a request at concurrency c waits beyond the steady-state queue:
-    how the scheduler admits a wave of prompts started together (vLLM mixes them into decode steps by chunks;
-    SGLang's default prefills new requests first, in batches of their own)."""
+    """Share of a synchronized wave's prefill queue a request in a closed loop of c users waits beyond the
+    steady-state queue: how far the benchmark's users stay in step (all started together, equal lengths) and how the
+    scheduler admits such a wave (vLLM >= 0.6 mixes it into decode steps by chunks; SGLang's default and older
+    engines prefill the waiting prompts first, together). A burst (requests sent together, once) is simulated step
+    by step instead (selection/workload.py ``burst``)."""
 
 
 FITTED = "fitted by bench/perf_model.py (make bench-model) to the calibration set's non-held-out rows"

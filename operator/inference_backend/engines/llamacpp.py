@@ -304,17 +304,17 @@ PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
             0.35,
-            0.90,
-            2.0,
-            50.0,
+            0.80,
+            0.5,
+            5.0,
             20.0,
             FITTED + " (llama-bench on A100, H100, L40S, A40, RTX A6000/6000 Ada: LLM-Inference-Bench and "
             "llmgpubench rows)",
-            550.0,
+            250.0,
             0.1,
         ),
         "amd": Efficiency(
-            0.15, 0.30, 8.0, 400.0, 5.0, FITTED + " (llama-bench HIP on MI300X: LLM-Inference-Bench rows)"
+            0.10, 0.30, 8.0, 400.0, 2.0, FITTED + " (llama-bench HIP on MI300X: LLM-Inference-Bench rows)", 350.0
         ),
     },
     max_sequences=0,

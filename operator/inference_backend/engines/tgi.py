@@ -227,17 +227,17 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.45,
-            0.70,
-            1.0,
-            150.0,
-            20.0,
+            0.15,
+            0.90,
+            0.5,
+            5.0,
+            40.0,
             FITTED + " (TGI 2.0.4 on A10G beside vLLM 0.4.3: Hugging Face llmperf rows; TGI 3.x, the pinned "
             "release, is taken as 2.x: TGI v3's own tables put it at 1.0-1.25x vLLM)",
             100.0,
-            0.1,
+            1.0,
         ),
-        "amd": Efficiency(0.45, 0.30, 4.0, 400.0, 40.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 550.0, 0.5),
+        "amd": Efficiency(0.15, 0.40, 0.5, 150.0, 80.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 0.0, 0.5),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: one MLPerf 4.0 tgi-gaudi row, too few to fit"),
     },
     older=(
@@ -245,15 +245,15 @@ PERFORMANCE = Performance(
             "nvidia",
             "1.1",
             Efficiency(
-                0.25,
-                0.70,
-                1.0,
+                0.10,
+                0.80,
+                0.5,
                 400.0,
                 10.0,
                 FITTED + " (TGI 1.0.3 on SageMaker: no CUDA "
                 "graphs before TGI 1.1, kernels launched from Python per layer)",
                 550.0,
-                0.2,
+                1.0,
             ),
         ),
     ),

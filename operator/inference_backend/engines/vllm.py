@@ -327,16 +327,16 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.45, 0.70, 1.0, 150.0, 20.0, _AIC_FIT, 100.0, 0.1),
+        "nvidia": Efficiency(0.35, 0.80, 3.0, 150.0, 40.0, _AIC_FIT, 0.0, 0.05),
         "amd": Efficiency(
-            0.25,
+            0.10,
             0.30,
-            2.0,
+            4.0,
             400.0,
-            2.0,
+            80.0,
             FITTED + " (ROCm vLLM 0.4-0.6 on MI300X: LLM-Inference-Bench, MLPerf 4.1, dstack, Oracle rows)",
             0.0,
-            0.0,
+            1.0,
         ),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: the vLLM Gaudi fork has no published row here"),
     },

@@ -216,8 +216,11 @@ def step_budget(engine: str, gpu_memory_bytes: float) -> float:
 
 def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction:
     """The roofline, corrected by aiconfigurator's table where one covers the engine and GPU, then the wave of a
-    client that starts its requests together (Efficiency.burst)."""
+    closed loop whose users started together (Efficiency.burst). A burst (requests sent together, once) is
+    simulated on the roofline alone (workload.burst): the tables and the wave share are for steady loads."""
     base = predict(p.shape, p.device, p.efficiency, load, p.cap, p.source, p.budget)
+    if load.burst:
+        return base
     alone = predict(p.shape, p.device, p.efficiency, Workload(load.prompt, 1, concurrency=1), p.cap, "").ttft_ms
     r_ttft = r_tpot = 1.0
     src = p.source

@@ -75,6 +75,9 @@ class Workload:
     """Concurrent requests on this replica (a closed loop: each user sends again when answered)."""
     rate: float | None = None
     """Requests per second arriving at this replica (open loop); used when concurrency is None."""
+    burst: bool = False
+    """``concurrency`` requests sent together, once (an offline batch, a benchmark at request rate inf), not a
+    closed loop of that many users: the run is simulated step by step (``burst``)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ def predict(
     ``budget``: most tokens one step carries (decoding sequences + prompt tokens: vLLM's max_num_batched_tokens),
     which bounds the sequences in flight to ``budget x O / (P + O)`` (each needs P / O prompt tokens per step)."""
     prompt, output = max(load.prompt, 1), max(load.output, 1)
+    if load.burst and load.concurrency:
+        return burst(shape, dev, eff, load, max(batch_cap, 1.0), budget, source)
     cap = max(min(batch_cap, budget * output / (prompt + output)), 1.0)
     if load.concurrency is None and load.rate is not None:
         return _open_loop(shape, dev, eff, load, cap, source)
@@ -214,6 +219,63 @@ def _open_loop(shape: Shape, dev: Device, eff: Efficiency, load: Workload, cap: 
     s = _state(shape, dev, eff, b, prompt, output, rate)
     ttft, ttft95 = s.ttft, max(s.ttft95, s.ttft)
     return Prediction(ttft * 1000, ttft95 * 1000, s.step * 1000, rate * output, b, b, False, source)
+
+
+def burst(
+    shape: Shape, dev: Device, eff: Efficiency, load: Workload, cap: float, budget: float, source: str
+) -> Prediction:
+    """``N = load.concurrency`` requests sent together, step by step as a continuous-batching scheduler runs them:
+    each step decodes one token of every running sequence and fills the rest of its ``budget`` tokens with the
+    next prompts in arrival order (chunked prefill; a prompt longer than the budget spans steps), admitting at
+    most ``cap`` sequences at a time; a request's first token comes with the step that ends its prompt. TTFT
+    (median, p95) and TPOT (median) are over the requests; tokens/s is ``N x O`` over the whole run."""
+    n, prompt, output = max(round(load.concurrency or 1), 1), max(load.prompt, 1), max(load.output, 1)
+    cap_n = max(int(cap), 1)
+    room = budget
+    waiting, front = n, 0.0  # requests not yet started; prompt tokens already prefilled of the first of them
+    cohorts: list[list[float]] = []  # [requests, tokens generated, time of first token]
+    t = 0.0
+    ttfts: list[tuple[float, int]] = []
+    tpots: list[tuple[float, int]] = []
+    while waiting or cohorts:
+        decoding = sum(c[0] for c in cohorts)
+        free = max(room - decoding, 0.0)
+        tokens, done = 0.0, 0
+        while waiting - done > 0 and tokens < free:
+            if front <= 0 and decoding + done + 1 > cap_n:  # no place for another sequence
+                break
+            need = prompt - front
+            take = min(need, free - tokens)
+            tokens += take
+            if take < need:  # the prompt goes on in the next step
+                front += take
+                break
+            done, front = done + 1, 0.0
+        ctx = prompt + (sum(c[0] * c[1] for c in cohorts) / decoding if decoding else 0.0)
+        t += step_s(shape, dev, eff, decoding, tokens, ctx, prompt)
+        waiting -= done
+        for c in cohorts:
+            c[1] += 1
+        if done:
+            ttfts.append((t + eff.request_ms / 1000, done))
+            cohorts.append([float(done), 1.0, t])
+        for c in [c for c in cohorts if c[1] >= output]:
+            cohorts.remove(c)
+            tpots.append(((t - c[2]) / max(output - 1, 1), int(c[0])))
+    ttft, ttft95 = _quantile(ttfts, 0.5), _quantile(ttfts, 0.95)
+    tpot = _quantile(tpots, 0.5) if output > 1 else 0.0
+    return Prediction(ttft * 1000, ttft95 * 1000, tpot * 1000, n * output / t, n, min(n, cap_n), n > cap_n, source)
+
+
+def _quantile(values: list[tuple[float, int]], q: float) -> float:
+    """The ``q`` quantile of ``(value, count)`` pairs."""
+    total = sum(k for _, k in values)
+    seen = 0
+    for v, k in sorted(values):
+        seen += k
+        if seen >= q * total:
+            return v
+    return values[-1][0] if values else 0.0
 
 
 def concurrency_for_rate(pred: Prediction, rate: float, output: int) -> float:
