@@ -61,6 +61,10 @@ BURST = re.compile(
 """How a row's notes describe a burst: its ``concurrency`` requests sent together, once (an offline batch,
 vLLM's benchmark_latency, a serving benchmark at request rate inf), which the model simulates step by step
 (workload.burst) rather than taking as that many users in a closed loop."""
+VARIANTS = {"pytorch": (re.compile(r"torch\.compile"), "torch.compile")}
+"""engine -> (what a row's notes say, the card's variant): rows that measured another way of running the engine
+than ours (gpt-fast's compiled PyTorch, not our eager runner) are rated with that variant's efficiencies
+(Performance.variants) and reported as their own engine."""
 DEFAULT_LENGTHS = (128, 200)
 """(prompt, output) tokens assumed where a row states only the other one (its notes say what the source gives)."""
 
@@ -83,6 +87,11 @@ class Case:
     model: ResolvedModel
     replica: Replica
     load: Workload
+
+    @property
+    def label(self) -> str:
+        """The engine as reported: with its variant where the row measured one."""
+        return f"{self.engine} ({self.replica.variant})" if self.replica.variant else self.engine
 
     @property
     def holdout(self) -> bool:
@@ -176,8 +185,14 @@ def case(row: dict[str, str]) -> Case | None:
         max(held, 1),
         slots,
         row.get("engine_version", ""),
+        _variant(engine, row.get("notes") or ""),
     )
     return Case(row, engine, placement, model, replica, load)
+
+
+def _variant(engine: str, notes: str) -> str:
+    pattern, name = VARIANTS.get(engine, (None, ""))
+    return name if pattern is not None and pattern.search(notes) else ""
 
 
 def errors(c: Case) -> dict[str, tuple[float, float]]:
@@ -203,7 +218,7 @@ def summary(cases: list[Case]) -> dict[str, Any]:
     for c in cases:
         for metric, pair in errors(c).items():
             v = log2err(pair)
-            by_engine[c.engine].append(v)
+            by_engine[c.label].append(v)
             by_metric[metric].append(v)
             allv.append(v)
     return {"engine": by_engine, "metric": by_metric, "all": allv}
@@ -301,10 +316,18 @@ def _plot(cases: list[Case]) -> None:
         return
     fig, ax = plt.subplots(figsize=(7, 7))
     marks = {"ttft": "o", "tpot": "s", "tokens/s": "^"}
-    colors = {"vllm": "C0", "sglang": "C1", "tgi": "C2", "llamacpp": "C3", "onnxruntime": "C4", "pytorch": "C5"}
+    colors = {
+        "vllm": "C0",
+        "sglang": "C1",
+        "tgi": "C2",
+        "llamacpp": "C3",
+        "onnxruntime": "C4",
+        "pytorch": "C5",
+        "pytorch (torch.compile)": "C6",
+    }
     for c in cases:
         for metric, (est, meas) in errors(c).items():
-            color = colors.get(c.engine, "k")
+            color = colors.get(c.label, "k")
             style = {"facecolors": "none", "edgecolors": color} if c.holdout else {"color": color}
             ax.scatter(meas, est, marker=marks[metric], s=18, alpha=0.8, **style)
     lo, hi = 1e-1, 1e6
@@ -336,11 +359,14 @@ FIT_GRID = {
 
 
 def _slot(c: Case) -> tuple[str, str, str]:
-    """(engine, vendor, "" or the older release's cut-off): which efficiency entry of the card rates the row."""
+    """(engine, vendor, "" or the older release's cut-off or "variant:" and its name): which efficiency entry of
+    the card rates the row."""
     from inference_backend.selection.perf import _older
 
     assert c.placement.gpu is not None
     vendor = c.placement.gpu.vendor
+    if c.replica.variant:
+        return (c.engine, vendor, "variant:" + c.replica.variant)
     for v, before, _ in card(c.engine).performance.older:
         if v == vendor and c.replica.version and _older(c.replica.version, before):
             return (c.engine, vendor, before)
@@ -349,6 +375,8 @@ def _slot(c: Case) -> tuple[str, str, str]:
 
 def _get(slot: tuple[str, str, str]) -> Any:
     perf = card(slot[0]).performance
+    if slot[2].startswith("variant:"):
+        return next((e for v, n, e in perf.variants if (v, "variant:" + n) == slot[1:]), None)
     if slot[2]:
         return next(e for v, b, e in perf.older if (v, b) == slot[1:])
     return perf.efficiency.get(slot[1])
@@ -357,7 +385,10 @@ def _get(slot: tuple[str, str, str]) -> Any:
 def _set(slot: tuple[str, str, str], eff: Any) -> None:
     """Swap one efficiency entry on the (frozen) card in place, for the fit's trials."""
     perf = card(slot[0]).performance
-    if slot[2]:
+    if slot[2].startswith("variant:"):
+        variants = tuple((v, n, eff if (v, "variant:" + n) == slot[1:] else e) for v, n, e in perf.variants)
+        object.__setattr__(perf, "variants", variants)
+    elif slot[2]:
         older = tuple((v, b, eff if (v, b) == slot[1:] else e) for v, b, e in perf.older)
         object.__setattr__(perf, "older", older)
     else:

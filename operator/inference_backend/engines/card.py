@@ -109,6 +109,10 @@ class Performance:
     older: tuple[tuple[str, str, Efficiency], ...] = ()
     """(vendor, first release without them, efficiencies) of older releases: calibration rows that name such a
     release are rated with these (the operator runs the pinned release)."""
+    variants: tuple[tuple[str, str, Efficiency], ...] = ()
+    """(vendor, variant, efficiencies) of another way of running the engine that published rows measured and the
+    operator does not render (PyTorch compiled by gpt-fast's torch.compile with CUDA graphs, where our runner runs
+    transformers' eager forward): rows of that variant are rated, fitted and reported with these, apart."""
     max_sequences_large_gpu: int = 0
     """On GPUs of 70 GiB or more, when the default differs there (vLLM)."""
     aiconfigurator: str = ""

@@ -305,12 +305,12 @@ PERFORMANCE = Performance(
         "nvidia": Efficiency(
             0.35,
             0.80,
-            0.5,
-            5.0,
+            1.0,
+            400.0,
             20.0,
             FITTED + " (llama-bench on A100, H100, L40S, A40, RTX A6000/6000 Ada: LLM-Inference-Bench and "
             "llmgpubench rows)",
-            250.0,
+            200.0,
             0.1,
         ),
         "amd": Efficiency(

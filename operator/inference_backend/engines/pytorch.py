@@ -11,6 +11,7 @@ from inference_backend.decision import Decision
 from inference_backend.engines import artifacts, runners
 from inference_backend.engines.base import ArgBuilder, EngineContainer, placement
 from inference_backend.engines.card import (
+    FITTED,
     NOT_MEASURED_ON_GPU,
     Efficiency,
     EngineCard,
@@ -23,6 +24,9 @@ from inference_backend.engines.profiles_measured import MEASURED_CPU
 
 ENGINE = "pytorch"
 VERSION = runners.VERSION
+TORCH_COMPILE = "torch.compile"
+"""The variant of PyTorch serving that published rows measured (gpt-fast, PyTorch 2.1 with torch.compile: compiled
+graphs with CUDA graphs), not our eager runner: Performance.variants."""
 IMAGE = f"ghcr.io/inference-backend/pytorch-runner:{VERSION}"
 COMMAND = ("ib-pytorch-runner",)
 STRATEGIES = ("static", "dynamic", "continuous")  # pytorch/args.py add_common_flags(batching modes)
@@ -95,6 +99,29 @@ PERFORMANCE = Performance(
     },
     max_sequences=16,
     max_sequences_source="the runner's --max-batch-size default 16 (runners/common/args.py)",
+    variants=(
+        (
+            "nvidia",
+            TORCH_COMPILE,
+            Efficiency(
+                0.55,
+                0.80,
+                2.0,
+                400.0,
+                40.0,
+                FITTED + " (gpt-fast on A100, PyTorch 2.1 torch.compile on A100: the gpt-fast and Mistral ONNX model "
+                "card rows; not our runner, which these factors never rate)",
+                0.0,
+            ),
+        ),
+        (
+            "amd",
+            TORCH_COMPILE,
+            Efficiency(
+                0.55, 0.80, 2.0, 400.0, 40.0, "assumed as on NVIDIA (one gpt-fast MI250X row, too few to fit)", 0.0
+            ),
+        ),
+    ),
 )
 
 CARD = EngineCard(

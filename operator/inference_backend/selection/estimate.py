@@ -59,6 +59,8 @@ class Replica:
     slots: int = 0
     version: str = ""
     """An engine release other than the pinned one (calibration rows name theirs); "" for the pinned one."""
+    variant: str = ""
+    """Another way of running the engine that a calibration row measured (Performance.variants); "" for ours."""
 
 
 def estimate(r: Replica, placement: Placement, model: ResolvedModel, load: Workload) -> Estimate:
@@ -68,6 +70,8 @@ def estimate(r: Replica, placement: Placement, model: ResolvedModel, load: Workl
         return Estimate.of(
             predict(cpu.shape, cpu.device, cpu.efficiency, load, cpu.cap, cpu.source), cpu.cap, cpu.cap_source
         )
-    placed = place_gpu(r.engine, model, placement, r.weights, r.kv_token, r.serving_dtype, r.held, r.slots, r.version)
+    placed = place_gpu(
+        r.engine, model, placement, r.weights, r.kv_token, r.serving_dtype, r.held, r.slots, r.version, r.variant
+    )
     fmt = compute_format(model, r.serving_dtype)
     return Estimate.of(gpu_performance(placed, load, placement.gpu.sku, fmt), placed.cap, placed.cap_source)

@@ -141,9 +141,13 @@ def _older(version: str, than: str) -> bool:
     return bool(have) and have < nums(than)
 
 
-def efficiency(engine: str, vendor: str, version: str = "") -> tuple[Efficiency, str]:
-    """The engine's efficiencies on ``vendor`` (its card); ``version``: an older release (calibration rows)."""
+def efficiency(engine: str, vendor: str, version: str = "", variant: str = "") -> tuple[Efficiency, str]:
+    """The engine's efficiencies on ``vendor`` (its card); ``version``: an older release, ``variant``: another way
+    of running it (calibration rows)."""
     perf = card(engine).performance
+    for v, name, eff in perf.variants:
+        if v == vendor and variant == name:
+            return eff, f"{engine} ({variant})/{vendor} efficiencies ({eff.source})"
     for v, before, eff in perf.older:
         if v == vendor and version and _older(version, before):
             return eff, f"{engine} {version}/{vendor} efficiencies ({eff.source})"
@@ -186,9 +190,10 @@ def place_gpu(
     held: int,
     slots: int,
     version: str = "",
+    variant: str = "",
 ) -> Placed:
-    """``held``: the sequences the replica's KV cache holds at the workload's length; ``version``: an engine
-    release other than the pinned one (calibration rows)."""
+    """``held``: the sequences the replica's KV cache holds at the workload's length; ``version``, ``variant``: an
+    engine release other than the pinned one, another way of running it (calibration rows)."""
     gpu = placement.gpu
     assert gpu is not None
     fmt = compute_format(model, serving_dtype)
@@ -197,7 +202,7 @@ def place_gpu(
         # layers split over the GPUs (llama.cpp --split-mode layer): a token passes through them one after another,
         # so one device's bandwidth and rate serve the whole model, and no all-reduce is paid
         dev = Device(1, dev.bandwidth, dev.flops, 0.0, 0.0, dev.how + f", {dev.n} GPUs in sequence (layer split)")
-    eff, eff_how = efficiency(engine, gpu.vendor, version)
+    eff, eff_how = efficiency(engine, gpu.vendor, version, variant)
     cap, cap_how = batch_cap(engine, gpu.memory_mib * 2**20, slots)
     if held < cap:
         cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"
