@@ -65,9 +65,7 @@ def test_the_formatter_owns_the_layout() -> None:
     assert marked == []
 
 
-LONG_FOR_NOW = {
-    "selection/options.py:engine_options",
-}
+LONG_FOR_NOW: set[str] = set()
 """Over 80 lines, to be split once the work in progress on them (the performance model, LoRA adapters) has landed;
 the list only shrinks."""
 

@@ -12,7 +12,7 @@ from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Host, Placement, Plan, ResolvedModel
 from inference_backend.engines import card
 from inference_backend.engines.card import Accelerator
-from inference_backend.facts import VENDOR_TITLES, GPUFacts, HardwareClass, Pool, pool_of, product_matches
+from inference_backend.facts import VENDOR_TITLES, GPUFacts, Pool, pool_of, product_matches
 from inference_backend.memory import (
     DTYPE_BYTES,
     KV_DTYPE_BYTES,
@@ -222,12 +222,28 @@ def _first_fit(fit: Callable[[float], Fit], weights: float, draft: float | None)
     return (False, alone) if alone.fits else (None, alone)
 
 
-def _nearer(closest: tuple[float, str] | None, fit: Fit, where: str, fraction: float) -> tuple[float, str]:
-    """The nearer of two misses, as (shortfall, message)."""
+@dataclass(frozen=True)
+class _Miss:
+    """Why one placement does not fit: ``short`` is its memory shortfall (the nearest miss is reported), None when
+    more memory would not help (no build for the GPU, no host resources)."""
+
+    message: str
+    short: float | None = None
+
+
+def _memory_miss(fit: Fit, where: str, fraction: float) -> _Miss:
     short = fit.required - fit.available
-    if closest is not None and closest[0] <= short:
+    return _Miss(f"needs {gib(fit.required)} GiB{where} {gib(fit.available)} GiB at memoryFraction {fraction}", short)
+
+
+def _nearer(closest: tuple[float, str] | None, miss: _Miss) -> tuple[float, str]:
+    """The nearer of two misses, as (shortfall, message): one more memory would not help is kept only when it is
+    the first."""
+    if miss.short is None:
+        return closest or (math.inf, miss.message)
+    if closest is not None and closest[0] <= miss.short:
         return closest
-    return short, f"needs {gib(fit.required)} GiB{where} {gib(fit.available)} GiB at memoryFraction {fraction}"
+    return miss.short, miss.message
 
 
 def _slots_wanted(spec: InferenceBackendSpec) -> int:
@@ -265,6 +281,14 @@ def _sizing(engine: str, spec: InferenceBackendSpec, model: ResolvedModel, dtype
     )
 
 
+def _fitted(fit: Callable[..., Fit], sz: _Sizing, draft: float | None) -> tuple[bool | None, Fit, int]:
+    """(speculate, fit, slots) of the first fit: slot engines with the most slots that fit, the others with 0."""
+    if sz.slots:
+        return _fit_slots(fit, sz.weights, draft, sz.slots)
+    found, f = _first_fit(fit, sz.weights, draft)
+    return found, f, 0
+
+
 def _slot_note(wanted: int, slots: int, context: int) -> list[str]:
     if slots >= wanted:
         return []
@@ -284,96 +308,16 @@ def engine_options(
 ) -> tuple[list[Option], str]:
     """Every placement of ``engine`` that fits, and why none does when the list is empty."""
     caps = card(engine)
-    fraction = spec.kv_cache.memory_fraction
-    options: list[Option] = []
-    closest: tuple[float, str] | None = None  # (shortfall, message) of the nearest miss
+    found: list[Option | _Miss] = []
     for usable in gpu_classes if "gpu" in caps.accelerators else []:
-        for gpu in usable.hardware.gpus:
-            if gpu.count <= 0:
-                continue
-            if gpu.vendor not in caps.devices:
-                msg = (
-                    f"{gpu.product} ({gpu.resource}): {caps.title} {caps.version} has no "
-                    f"{VENDOR_TITLES.get(gpu.vendor, gpu.vendor)} build"
-                )
-                closest = closest or (math.inf, msg)
-                continue
-            if gpu.compute is not None and gpu.compute < caps.min_compute:
-                msg = (
-                    f"{gpu.product} has compute {gpu.compute[0]}.{gpu.compute[1]}, {engine} needs "
-                    f"{caps.min_compute[0]}.{caps.min_compute[1]}+"
-                )
-                closest = closest or (math.inf, msg)
-                continue
-            dtype, _ = serving_dtype(engine, model, gpu)
-            if caps.multi_gpu:
-                one = gpu.mig or gpu.shared  # no tensor parallel across MIG slices or shares of one card
-                widths, _why = tensor_parallel_options(
-                    gpu.count, one, model.attention_heads, model.kv_heads, caps.layer_split
-                )
-            else:
-                widths = [1]
-            for tp in widths:
-                sz = _sizing(engine, spec, model, dtype, tp)
-                placement = Placement("gpu", usable.hardware, usable.nodes, gpu, tp)
-                draft_bytes = model_bytes(draft, dtype) if draft is not None else None
-
-                def fit_gpu(w: float, slots: int = 1, sz: _Sizing = sz, tp: int = tp, gpu: GPUFacts = gpu) -> Fit:
-                    ctx = sz.kv_token * model.context_length * max(slots, 1)
-                    return gpu_fit(w, ctx, gpu.memory_mib * MIB, fraction, tp)
-
-                if sz.slots:
-                    found, fit, slots = _fit_slots(fit_gpu, sz.weights, draft_bytes, sz.slots)
-                else:
-                    (found, fit), slots = _first_fit(fit_gpu, sz.weights, draft_bytes), 0
-                if found is None:
-                    closest = _nearer(closest, fit, f" per replica; {tp}x {gpu.product} offers", fraction)
-                    continue
-                host = gpu_host(usable.hardware, tp, fit.weights, spec.kv_cache.cpu_offload_gi_b, gpu.product)
-                if host.host is None:
-                    closest = closest or (math.inf, host.note)
-                    continue
-                notes = _slot_note(sz.slots, slots, model.context_length) + ([host.note] if host.note else [])
-                sized = _Sizing(sz.weights, sz.kv_token, dtype, sz.tokens, sz.tokens_how, slots)
-                options.append(_option(engine, spec, model, placement, fit, sized, found, host.host, notes))
+        found += _gpu_options(engine, spec, model, draft, usable)
     if "cpu" in caps.accelerators:
-        for usable in cpu_classes:
-            hw = usable.hardware
-            sz = _sizing(engine, spec, model, model.dtype, 1)
-            placement = Placement("cpu", hw, usable.nodes)
-            draft_bytes = model_bytes(draft, draft.dtype) if draft is not None else None
-
-            def fit_cpu(w: float, slots: int = 1, sz: _Sizing = sz, hw: HardwareClass = hw) -> Fit:
-                ctx = sz.kv_token * model.context_length * max(slots, 1)
-                return cpu_fit(w, ctx, hw.memory_bytes, fraction)
-
-            if sz.slots:
-                found, fit, slots = _fit_slots(fit_cpu, sz.weights, draft_bytes, sz.slots)
-            else:
-                (found, fit), slots = _first_fit(fit_cpu, sz.weights, draft_bytes), 0
-            if found is None:
-                closest = _nearer(closest, fit, "; the CPU node offers", fraction)
-                continue
-            # what the engine allocates: slot engines exactly their contexts, the others the whole KV budget
-            need = fit.required if slots else fit.weights + fit.overhead + fit.kv_cache
-            host = cpu_host(hw, need, fit.required)
-            if host.host is None:
-                closest = closest or (math.inf, host.note)
-                continue
-            sized = _Sizing(sz.weights, sz.kv_token, sz.dtype, sz.tokens, sz.tokens_how, slots)
-            options.append(
-                _option(
-                    engine,
-                    spec,
-                    model,
-                    placement,
-                    fit,
-                    sized,
-                    found,
-                    host.host,
-                    _slot_note(sz.slots, slots, model.context_length),
-                )
-            )
+        found += [_cpu_option(engine, spec, model, draft, usable) for usable in cpu_classes]
+    options = [o for o in found if isinstance(o, Option)]
+    closest: tuple[float, str] | None = None  # (shortfall, message) of the nearest miss
+    for miss in found:
+        if isinstance(miss, _Miss):
+            closest = _nearer(closest, miss)
     if options:
         return options, ""
     if closest is not None:
@@ -381,3 +325,95 @@ def engine_options(
     if caps.gpu_required:
         return [], "needs a GPU; no usable GPU node"
     return [], "no usable node"
+
+
+def _gpu_options(
+    engine: str, spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None, usable: UsableClass
+) -> list[Option | _Miss]:
+    """Per GPU kind of the class the engine has a build for and runs on, a placement (or a miss) per tensor-parallel
+    width."""
+    caps = card(engine)
+    out: list[Option | _Miss] = []
+    for gpu in usable.hardware.gpus:
+        if gpu.count <= 0:
+            continue
+        if gpu.vendor not in caps.devices:
+            vendor = VENDOR_TITLES.get(gpu.vendor, gpu.vendor)
+            out.append(_Miss(f"{gpu.product} ({gpu.resource}): {caps.title} {caps.version} has no {vendor} build"))
+            continue
+        if gpu.compute is not None and gpu.compute < caps.min_compute:
+            out.append(
+                _Miss(
+                    f"{gpu.product} has compute {gpu.compute[0]}.{gpu.compute[1]}, {engine} needs "
+                    f"{caps.min_compute[0]}.{caps.min_compute[1]}+"
+                )
+            )
+            continue
+        dtype, _ = serving_dtype(engine, model, gpu)
+        if caps.multi_gpu:
+            one = gpu.mig or gpu.shared  # no tensor parallel across MIG slices or shares of one card
+            widths, _why = tensor_parallel_options(
+                gpu.count, one, model.attention_heads, model.kv_heads, caps.layer_split
+            )
+        else:
+            widths = [1]
+        out += [_gpu_option(engine, spec, model, draft, usable, gpu, dtype, tp) for tp in widths]
+    return out
+
+
+def _gpu_option(
+    engine: str,
+    spec: InferenceBackendSpec,
+    model: ResolvedModel,
+    draft: ResolvedModel | None,
+    usable: UsableClass,
+    gpu: GPUFacts,
+    dtype: str,
+    tp: int,
+) -> Option | _Miss:
+    """One replica on ``tp`` GPUs of a kind: the draft beside the target when both fit, the slots that fit."""
+    fraction = spec.kv_cache.memory_fraction
+    sz = _sizing(engine, spec, model, dtype, tp)
+    placement = Placement("gpu", usable.hardware, usable.nodes, gpu, tp)
+    draft_bytes = model_bytes(draft, dtype) if draft is not None else None
+
+    def fit_gpu(w: float, slots: int = 1) -> Fit:
+        ctx = sz.kv_token * model.context_length * max(slots, 1)
+        return gpu_fit(w, ctx, gpu.memory_mib * MIB, fraction, tp)
+
+    found, fit, slots = _fitted(fit_gpu, sz, draft_bytes)
+    if found is None:
+        return _memory_miss(fit, f" per replica; {tp}x {gpu.product} offers", fraction)
+    host = gpu_host(usable.hardware, tp, fit.weights, spec.kv_cache.cpu_offload_gi_b, gpu.product)
+    if host.host is None:
+        return _Miss(host.note)
+    notes = _slot_note(sz.slots, slots, model.context_length) + ([host.note] if host.note else [])
+    sized = _Sizing(sz.weights, sz.kv_token, dtype, sz.tokens, sz.tokens_how, slots)
+    return _option(engine, spec, model, placement, fit, sized, found, host.host, notes)
+
+
+def _cpu_option(
+    engine: str, spec: InferenceBackendSpec, model: ResolvedModel, draft: ResolvedModel | None, usable: UsableClass
+) -> Option | _Miss:
+    """One replica on a CPU node class, in the model's dtype."""
+    fraction = spec.kv_cache.memory_fraction
+    hw = usable.hardware
+    sz = _sizing(engine, spec, model, model.dtype, 1)
+    placement = Placement("cpu", hw, usable.nodes)
+    draft_bytes = model_bytes(draft, draft.dtype) if draft is not None else None
+
+    def fit_cpu(w: float, slots: int = 1) -> Fit:
+        ctx = sz.kv_token * model.context_length * max(slots, 1)
+        return cpu_fit(w, ctx, hw.memory_bytes, fraction)
+
+    found, fit, slots = _fitted(fit_cpu, sz, draft_bytes)
+    if found is None:
+        return _memory_miss(fit, "; the CPU node offers", fraction)
+    # what the engine allocates: slot engines exactly their contexts, the others the whole KV budget
+    need = fit.required if slots else fit.weights + fit.overhead + fit.kv_cache
+    host = cpu_host(hw, need, fit.required)
+    if host.host is None:
+        return _Miss(host.note)
+    sized = _Sizing(sz.weights, sz.kv_token, sz.dtype, sz.tokens, sz.tokens_how, slots)
+    notes = _slot_note(sz.slots, slots, model.context_length)
+    return _option(engine, spec, model, placement, fit, sized, found, host.host, notes)
