@@ -237,8 +237,8 @@ def _memory_miss(fit: Fit, where: str, fraction: float) -> _Miss:
 
 
 def _nearer(closest: tuple[float, str] | None, miss: _Miss) -> tuple[float, str]:
-    """The nearer of two misses, as (shortfall, message): one more memory would not help is kept only when it is
-    the first."""
+    """The nearer of two misses, as (shortfall, message); a miss that more memory would not help (no shortfall)
+    counts only when no miss came before it."""
     if miss.short is None:
         return closest or (math.inf, miss.message)
     if closest is not None and closest[0] <= miss.short:
