@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cel = cel_messages()
     fields = crd_string_fields()
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter(
+        {"crashes": 0, "expansion leaks": 0, "invalid child names": 0}
+    )  # printed even when 0
     failures: list[str] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
