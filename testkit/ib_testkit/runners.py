@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,11 @@ SERVERS = {"pytorch": ("pytorch", "tiny"), "onnx": ("onnx", "onnx"), "onnx-genai
 class Server:
     """``python -m inference_backend.runners.KIND ARGS`` (this repository's operator/ first on its PYTHONPATH)."""
 
-    def __init__(self, kind: str, args: list[str], log: Path) -> None:
+    def __init__(self, kind: str, args: list[str], log: Path, env: Mapping[str, str] | None = None) -> None:
         self.port = int(args[args.index("--port") + 1])
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+        env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT / "operator")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", f"inference_backend.runners.{kind}", *args],
             stdout=log.open("w"),

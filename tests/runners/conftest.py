@@ -132,18 +132,19 @@ def _stop_since(started: list[Any], mark: int) -> None:
 
 @pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory, _started: list[Any]) -> Any:
-    """start_server(kind, [args without --host/--port]) -> ready Server. A server lives as long as what started it:
-    one started in a test stops when the test ends, one started by a module-scoped fixture when the module ends
-    (every runner holds a few hundred MB: kept to the session's end they added up to this host's 24 GiB)."""
+    """start_server(kind, [args without --host/--port], env={extra variables}) -> ready Server. A server lives as
+    long as what started it: one started in a test stops when the test ends, one started by a module-scoped fixture
+    when the module ends (every runner holds a few hundred MB: kept to the session's end they added up to this
+    host's 24 GiB)."""
     from ib_testkit.runners import Server  # httpx: only where the heavy modules are (see MISSING)
 
     logs = tmp_path_factory.mktemp("logs")
     count = 0
 
-    def start(kind: str, args: list[str], wait: bool = True) -> Server:
+    def start(kind: str, args: list[str], wait: bool = True, env: dict[str, str] | None = None) -> Server:
         nonlocal count
         full = [*args, "--host", "127.0.0.1", "--port", str(free_port())]
-        srv = Server(kind, full, logs / f"server-{count}.log")
+        srv = Server(kind, full, logs / f"server-{count}.log", env)
         count += 1
         _started.append(srv)
         if wait:

@@ -10,29 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
+from ib_testkit.lora import make_adapter
 from ib_testkit.runners import complete, metric, workload
 
 ADAPTERS = ("sql", "poems")
-
-
-def _make_adapter(base: Path, out: Path, seed: int, rank: int, modules: list[str]) -> Path:
-    """A random LoRA adapter (B not zero, so it changes the outputs) saved the way PEFT saves trained ones."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    config = LoraConfig(
-        r=rank, lora_alpha=2 * rank, target_modules=modules, init_lora_weights=False, task_type="CAUSAL_LM"
-    )
-    torch.manual_seed(seed)
-    peft_model = get_peft_model(model, config)
-    with torch.no_grad():  # large enough to move the greedy choices away from the base model's
-        for name, p in peft_model.named_parameters():
-            if "lora_" in name:
-                p.normal_(0, 0.3)
-    peft_model.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +24,8 @@ def lora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = make_model(root / "base", layers=2, seed=0)
     return {
         "base": base,
-        "sql": _make_adapter(base, root / "sql", 1, 4, ["q_proj", "v_proj"]),
-        "poems": _make_adapter(base, root / "poems", 2, 8, ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"]),
+        "sql": make_adapter(base, root / "sql", 1, 4, ["q_proj", "v_proj"]),
+        "poems": make_adapter(base, root / "poems", 2, 8, ["q_proj", "k_proj", "v_proj", "o_proj", "down_proj"]),
     }
 
 
@@ -131,3 +112,91 @@ def test_adapter_facts_from_peft_files(lora: dict[str, Path]) -> None:
     assert facts.target_modules == ("down_proj", "k_proj", "o_proj", "q_proj", "v_proj")
     assert problems(facts, Limits(8, "peft", rank=8, base_architecture="LlamaForCausalLM")) == []
     assert problems(facts, Limits(4, "peft")) != []
+
+
+RUNTIME = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(url + path, json=body, timeout=300)
+
+
+def _served(url: str) -> list[str]:
+    return [m["id"] for m in httpx.get(url + "/v1/models").json()["data"]]
+
+
+def test_adapters_load_and_unload_at_run_time(lora: dict[str, Path], peft_greedy: Any, start_server: Any) -> None:
+    """vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter (same bodies) with VLLM_ALLOW_RUNTIME_LORA_UPDATING:
+    a runner started with no adapter gains both, serves each as peft does, refuses a second load of a name, drops
+    one (404 for it from then on, the other and the base model unchanged), and the last (the plain model again)."""
+    srv = start_server("pytorch", ["--model", str(lora["base"]), "--served-model-name", "tiny"], env=RUNTIME)
+    prompts = [p for p, _ in workload(4, seed=5)]
+    with httpx.Client() as client:
+
+        def tokens(model: str, prompt: list[int]) -> list[int]:
+            out = complete(client, srv.url, prompt, 10, model=model, ignore_eos=True)
+            return list(out["choices"][0]["token_ids"])
+
+        assert _served(srv.url) == ["tiny"]
+        for name in ADAPTERS:
+            r = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(lora[name])})
+            assert r.status_code == 200 and r.text == f"Success: LoRA adapter '{name}' added successfully.", r.text
+        assert _served(srv.url) == ["tiny", *ADAPTERS]
+        for prompt in prompts:
+            for name in (None, *ADAPTERS):
+                assert tokens(name or "tiny", prompt) == peft_greedy(name, prompt, 10), (name, prompt)
+        again = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": "sql", "lora_path": str(lora["sql"])})
+        assert again.status_code == 400 and "already been loaded" in again.json()["error"]["message"]
+        missing = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": str(lora["base"] / "no")})
+        assert missing.status_code == 400 and "x" not in _served(srv.url)
+        base = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": "tiny", "lora_path": str(lora["sql"])})
+        assert base.status_code == 400 and "conflicts with a served base model" in base.text
+        # load_inplace: the name now runs the other adapter's weights, then its own again
+        for weights in ("poems", "sql"):
+            body = {"lora_name": "sql", "lora_path": str(lora[weights]), "load_inplace": True}
+            assert _post(srv.url, "/v1/load_lora_adapter", body).status_code == 200
+            assert tokens("sql", prompts[0]) == peft_greedy(weights, prompts[0], 10)
+        assert _served(srv.url) == ["tiny", *ADAPTERS]
+
+        r = _post(srv.url, "/v1/unload_lora_adapter", {"lora_name": "sql"})
+        assert r.status_code == 200 and r.text == "Success: LoRA adapter 'sql' removed successfully."
+        assert _served(srv.url) == ["tiny", "poems"]
+        gone = httpx.post(srv.url + "/v1/completions", json={"model": "sql", "prompt": [1, 5], "max_tokens": 2})
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "model_not_found"
+        assert _post(srv.url, "/v1/unload_lora_adapter", {"lora_name": "sql"}).status_code == 404
+        for prompt in prompts:
+            assert tokens("poems", prompt) == peft_greedy("poems", prompt, 10)
+            assert tokens("tiny", prompt) == peft_greedy(None, prompt, 10)
+
+        assert _post(srv.url, "/v1/unload_lora_adapter", {"lora_name": "poems"}).status_code == 200
+        assert _served(srv.url) == ["tiny"]
+        assert all(tokens("tiny", p) == peft_greedy(None, p, 10) for p in prompts)
+        # loaded again after the last was taken out: PEFT wraps the plain model again
+        r = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": "sql", "lora_path": str(lora["sql"])})
+        assert r.status_code == 200 and all(tokens("sql", p) == peft_greedy("sql", p, 10) for p in prompts)
+
+
+def test_unload_waits_for_the_adapters_running_request(
+    lora: dict[str, Path], peft_greedy: Any, start_server: Any
+) -> None:
+    """An unload during a long request of that adapter returns after it; the request keeps its adapter to the end."""
+    args = ["--model", str(lora["base"]), "--served-model-name", "tiny", "--adapter", f"sql={lora['sql']}"]
+    srv = start_server("pytorch", args, env=RUNTIME)
+    prompt = workload(1, seed=9)[0][0]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with httpx.Client() as client, ThreadPoolExecutor(1) as pool:
+        long = pool.submit(complete, client, srv.url, prompt, 300, model="sql", ignore_eos=True)
+        while metric(srv.url, "vllm:num_requests_running") < 1:
+            assert not long.done()
+        r = _post(srv.url, "/v1/unload_lora_adapter", {"lora_name": "sql"})
+        # the unload ran on the engine thread after the request left the batch (its HTTP reply may still be on
+        # its way), with every one of its 300 tokens computed with the adapter
+        assert r.status_code == 200 and metric(srv.url, "vllm:num_requests_running") == 0
+        assert long.result(timeout=60)["choices"][0]["token_ids"] == peft_greedy("sql", prompt, 300)
+
+
+def test_run_time_endpoints_are_off_by_default(lora: dict[str, Path], start_server: Any) -> None:
+    srv = start_server("pytorch", ["--model", str(lora["base"]), "--served-model-name", "tiny"])
+    r = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": "sql", "lora_path": str(lora["sql"])})
+    assert r.status_code == 404 and _served(srv.url) == ["tiny"]

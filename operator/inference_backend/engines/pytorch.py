@@ -65,19 +65,22 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
 
 LORA = Lora(
     serves=True,
-    how="the OpenAI model field names the adapter (--adapter NAME=PATH); each batch runs one adapter or the base",
+    how="the OpenAI model field names the adapter (--adapter NAME=PATH); rows of one batch may run different "
+    "adapters and the base model",
     formats=frozenset({"peft"}),
     max_rank=1024,
     rank_choices=(),
     default_rank=1024,
     architectures=frozenset(),
     target_modules=frozenset(),
-    runtime="",
+    runtime="POST /v1/load_lora_adapter and /v1/unload_lora_adapter, vLLM's bodies "
+    "(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)",
     prefix_cache=True,
     speculative=frozenset(),
     dora=True,
     source="runners/pytorch/adapters.py of this repository: PEFT's LoraModel on the Transformers model (any "
-    "architecture and module PEFT adapts, DoRA included); the prefix cache is kept per adapter",
+    "architecture and module PEFT adapts, DoRA included); the prefix cache is kept per adapter; "
+    "runners/common/lora_updates.py: the run-time endpoints",
 )
 
 

@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -116,6 +117,7 @@ class Scheduler:
         self._free_since = 0.0  # when the last batch ended (static/dynamic): requests older than this waited it out
         self._cond = threading.Condition()
         self._stop = False
+        self._calls: list[tuple[Callable[[], Any], Callable[[], bool], Future[Any]]] = []
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
 
     # -- called from the HTTP side -------------------------------------------------------------------
@@ -134,6 +136,22 @@ class Scheduler:
         req.cancelled.set()
         with self._cond:
             self._cond.notify()
+
+    def call(self, fn: Callable[[], Any], when: Callable[[], bool] = lambda: True) -> Future[Any]:
+        """Run ``fn`` on the engine thread between two steps, once ``when()`` holds (checked under the queue's lock,
+        at every step): a change of the backend's state while it serves (a LoRA adapter loaded or unloaded at run
+        time). Its result or exception comes in the future."""
+        fut: Future[Any] = Future()
+        with self._cond:
+            if self.fatal is not None or self._stop:
+                raise EngineUnavailable(self.fatal or "the server is shutting down")
+            self._calls.append((fn, when, fut))
+            self._cond.notify()
+        return fut
+
+    def uses(self, pred: Callable[[GenRequest], bool]) -> bool:
+        """Whether a waiting or running request satisfies ``pred`` (call it under ``when``: the lock is held)."""
+        return any(pred(r) for r in self.waiting) or any(pred(s.req) for s in self.running)
 
     def start(self) -> None:
         self._thread.start()
@@ -154,6 +172,7 @@ class Scheduler:
             admitted = self._next_admissions()
             if admitted is None:
                 return
+            self._run_calls()
             try:
                 if admitted:
                     self._prefill(admitted)
@@ -167,6 +186,17 @@ class Scheduler:
             if self.fatal is not None:
                 self._fail_everything()
                 return
+
+    def _run_calls(self) -> None:
+        """The calls whose condition holds now, in order (engine thread, outside the lock)."""
+        with self._cond:
+            ready = [c for c in self._calls if c[1]()]
+            self._calls = [c for c in self._calls if c not in ready]
+        for fn, _, fut in ready:
+            try:
+                fut.set_result(fn())
+            except Exception as exc:
+                fut.set_exception(exc)
 
     def _check_device(self) -> None:
         try:
@@ -182,8 +212,13 @@ class Scheduler:
         with self._cond:
             while True:
                 if self._stop:
+                    for _, _, fut in self._calls:
+                        fut.set_exception(EngineUnavailable("the server is shutting down"))
+                    self._calls = []
                     return None
                 self._drop_cancelled_waiting()
+                if any(when() for _, when, _ in self._calls):
+                    return []  # run them first (_loop)
                 if self.policy == "continuous":
                     if self.running or self.waiting:
                         return self._take(self.max_batch_size - len(self.running))

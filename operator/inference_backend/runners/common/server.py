@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from inference_backend.runners.common import errors, openapi
+from inference_backend.runners.common import errors, lora_updates, openapi
 from inference_backend.runners.common.generate import generate
 from inference_backend.runners.common.limits import Limits
 from inference_backend.runners.common.metrics import Metrics
@@ -154,6 +154,7 @@ def build_app(state: State) -> FastAPI:
     async def chat(request: Request) -> Response:
         return await handle(request, chat=True)
 
+    lora_updates.install(app, state)
     openapi.install(app)
     return app
 

@@ -34,6 +34,34 @@ def attach(model: Any, adapters: Sequence[tuple[str, str]]) -> Any:
     return wrapped.eval()
 
 
+def add(model: Any, name: str, path: str) -> Any:
+    """``model`` with the PEFT adapter at ``path`` loaded under ``name`` (run-time loading): the PeftModel gains it,
+    a plain model is wrapped by PEFT around it."""
+    if not is_peft(model):
+        return attach(model, [(name, path)])
+    try:
+        model.load_adapter(path, adapter_name=name, is_trainable=False)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise AdapterError(f"cannot load the adapter {name!r} from {path} ({type(exc).__name__}: {exc})") from exc
+    log.info("LoRA adapter %s loaded from %s", name, path)
+    return model.eval()
+
+
+def remove(model: Any, name: str) -> Any:
+    """``model`` without the adapter ``name``; the last one gone, PEFT's layers are taken out (peft ``unload``):
+    the plain model again."""
+    if len(model.peft_config) == 1:
+        log.info("LoRA adapter %s unloaded (the last one: the plain model again)", name)
+        return model.unload()
+    model.delete_adapter(name)
+    log.info("LoRA adapter %s unloaded", name)
+    return model
+
+
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config")
+
+
 def base_forward(model: Any) -> Any:
     """The Transformers model's own forward (PEFT's wrapper takes **kwargs, hiding its parameters)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

@@ -20,8 +20,9 @@ import torch
 from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
 from inference_backend.runners.common.scheduler import Sequence
+from inference_backend.runners.pytorch import adapters as lora
 from inference_backend.runners.pytorch import kv as kvh
-from inference_backend.runners.pytorch.adapters import base_forward
+from inference_backend.runners.pytorch.adapters import AdapterError, base_forward
 from inference_backend.runners.pytorch.fused import FusedLlama, attention
 from inference_backend.runners.pytorch.sampling import Sampler
 from inference_backend.runners.pytorch.slab import Slab
@@ -72,10 +73,30 @@ class TorchBackend:
         # names every row's adapter (PEFT's mixed-batch `adapter_names`, BASE for the base model's rows), and the
         # prefix cache keeps each adapter's KV apart.
         self.adapters = {name: i + 1 for i, name in enumerate(adapters)}
+        self._spaces = len(adapters)  # prefix-cache key spaces handed out: a reloaded adapter never reuses one
+
+    # -- LoRA adapters loaded and unloaded at run time (engine thread: Scheduler.call) ---------------------
+    def load_adapter(self, name: str, path: str) -> None:
+        if name in self.adapters:
+            raise AdapterError(f"The lora adapter '{name}' has already been loaded.")
+        if self.draft is not None:
+            raise AdapterError("speculative decoding with LoRA adapters is not supported (--draft-model)")
+        self.model = lora.add(self.model, name, path)
+        self._spaces += 1
+        self.adapters[name] = self._spaces
+
+    def unload_adapter(self, name: str) -> None:
+        if name not in self.adapters:
+            raise AdapterError(f"The lora adapter '{name}' cannot be found.")
+        self.model = lora.remove(self.model, name)
+        del self.adapters[name]
 
     # -- prefill ------------------------------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, seqs: list[Sequence]) -> list[list[int]]:
+        for seq in seqs:  # before any change: an adapter unloaded since the request came fails that request alone
+            if seq.req.adapter is not None and seq.req.adapter not in self.adapters:
+                raise AdapterError(f"the LoRA adapter {seq.req.adapter!r} is not loaded (unloaded at run time)")
         for seq in seqs:
             seq.slot = Slot(Sampler(seq.req.params, self.device))
         if self.fused is not None:

@@ -10,6 +10,7 @@ from typing import Any, cast
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from inference_backend.runners.common import lora_updates
 from inference_backend.runners.common.memory import host_memory_bytes, kv_budget_tokens, kv_bytes_per_token
 from inference_backend.runners.common.metrics import Metrics
 from inference_backend.runners.common.prefix_cache import PrefixCache
@@ -136,10 +137,12 @@ def load(args: Any, metrics: Metrics) -> Loaded:
 
     total = torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else host_memory_bytes()
     weights = _weight_bytes(model) + (_weight_bytes(draft) if draft is not None else 0)
-    # LoRA layers wrap the Linear layers: neither the prepacked weights nor the fused forward know them
-    pack = args.prepack_weights and packed.available(device, dtype) and not adapters
+    # LoRA layers wrap the Linear layers: neither the prepacked weights nor the fused forward know them (nor can
+    # they, with adapters loaded at run time: common/lora_updates.py)
+    lora = bool(adapters) or lora_updates.enabled()
+    pack = args.prepack_weights and packed.available(device, dtype) and not lora
     cpu_fp32 = device.type == "cpu" and dtype == torch.float32  # where it was measured (CUDA: not verified)
-    lean = args.fused_forward and draft is None and not adapters and cpu_fp32
+    lean = args.fused_forward and draft is None and not lora and cpu_fp32
     fused = _fused(model, pack, total) if lean else None
     if fused is not None and fused.pack and fused.plain_bytes():
         weights += fused.plain_bytes()  # both forms are held
