@@ -49,7 +49,7 @@ binpath() {
     actionlint) v=$ACTIONLINT_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
     kubectl) v=$KUBECTL_VERSION ;;
-    lwepp) v=$GIE_VERSION ;;
+    epp) v=$GIE_VERSION ;;
     *) echo "binpath: unknown binary $1" >&2; return 1 ;;
   esac
   echo "$E2E_BIN_DIR/$1-$v"
@@ -80,8 +80,9 @@ built() {
 # GOMODCACHE directory by e2e/build-binaries beside the binary; e2e/up installs them from here.
 LWS_CONFIG_DIR=$E2E_BIN_DIR/lws-config-$LWS_VERSION
 
-# The Gateway API Inference Extension: its endpoint picker (lwepp, built by e2e/build-picker, not part of
-# E2E_BINARIES: its own job beside build-binaries) and its CRDs (InferencePool), copied from the same module.
+# The Gateway API Inference Extension, one pinned version (e2e/gomod/gie/go.mod): its scoring endpoint picker (epp,
+# built by e2e/build-picker, not part of E2E_BINARIES: its own job beside build-binaries) and its CRDs (InferencePool
+# inference.networking.k8s.io/v1, the version that picker watches), copied from the same module.
 gie_crds_dir() { echo "$E2E_BIN_DIR/gie-crds-$GIE_VERSION"; }
 
 # KEDA's CRDs (config/crd/bases of the KEDA module, copied from GOMODCACHE by e2e/build-binaries next to the

@@ -1,19 +1,22 @@
 """spec.routing.inferencePool on the real control plane, with the real Inference Extension CRDs and picker binary
-(e2e/build-picker: sigs.k8s.io/gateway-api-inference-extension v1.6.2):
+(e2e/build-picker: cmd/epp of sigs.k8s.io/gateway-api-inference-extension v1.5.0, the scoring picker):
 
 - without the InferencePool CRD the backend still serves (its Deployment and Service applied) and status.routing
   says the CRD is missing;
 - once the module's CRDs are installed, the operator's retry applies the InferencePool, the picker's Deployment,
   Service, ServiceAccount, Role and RoleBinding; the picker's pods run (KWOK);
-- the real picker binary (lwepp), run here with the token of the picker's own ServiceAccount (so with exactly the
-  Role the operator rendered), syncs the pool and reads its pods: it syncs the pool (controller-runtime's reconcile
-  histogram on its metrics endpoint, no reconcile error) and adds each of the pool's ready pods (its log, at level
-  2), with no RBAC refusal in its log;
+- the real picker binary (epp), run here with the token of the picker's own ServiceAccount (so with exactly the
+  Role the operator rendered) and the arguments of the Deployment the operator rendered (its EndpointPickerConfig
+  as --config-text, so the picker's strict decoder and plugin factories accept it: the scorers, the metrics source
+  and the extractor with the engine's metric names), syncs the pool (controller-runtime's reconcile histogram on its
+  metrics endpoint, no reconcile error), with the module's x-k8s.io CRDs installed too (so it also watches
+  InferenceObjectives and InferenceModelRewrites under that Role), and no RBAC refusal in its log;
 - turning routing off deletes the pool and the picker's children.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -25,12 +28,15 @@ import pytest
 import yaml
 from ib_testkit import free_port
 from ib_testkit.cluster import Operator, apply, example, get_json, ib, kubectl, wait_established
+from inference_backend import routing
 
 CACHE = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
-VERSION = "v1.6.2"
-PICKER = CACHE / "bin" / f"lwepp-{VERSION}"
+VERSION = routing.PICKER_VERSION
+PICKER = CACHE / "bin" / f"epp-{VERSION}"
 CRDS = CACHE / "bin" / f"gie-crds-{VERSION}"
 PICKER_KINDS = ("deployment", "service", "serviceaccount", "role", "rolebinding")
+X_CRDS = ("inferenceobjectives", "inferencemodelrewrites")
+"""The module's inference.networking.x-k8s.io CRDs the picker watches when the cluster serves them."""
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +68,15 @@ def _kubeconfig_of(ns: str, account: str, tmp: Path) -> Path:
     path = tmp / f"{account}.kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    """The rendered arguments as {flag: value} (--flag value and --flag=value)."""
+    out, it = {}, iter(args)
+    for a in it:
+        key, eq, value = a.partition("=")
+        out[key] = value if eq else next(it)
+    return out
 
 
 def _metric(url: str, name: str, **labels: str) -> float:
@@ -120,27 +135,23 @@ def test_pool_and_picker_apply_and_run(
         timeout=90,
     )
 
-    # The real picker, as the picker's ServiceAccount: reads its InferencePool and the pool's pods.
+    # The real picker, as the picker's ServiceAccount, with the arguments the operator rendered (ports moved to free
+    # ones): reads its InferencePool, the pool's pods, and the x-k8s.io objects once their CRDs are served.
+    for crd in X_CRDS:
+        kubectl("apply", "--server-side", "-f", str(CRDS / f"inference.networking.x-k8s.io_{crd}.yaml"))
+        wait_established(f"{crd}.inference.networking.x-k8s.io")
     kubeconfig = _kubeconfig_of(ns, picker, tmp_path)
-    metrics_port, log = free_port(), tmp_path / "lwepp.log"
-    args = [
-        str(PICKER),
-        "--pool-name",
-        name,
-        "--pool-namespace",
-        ns,
-        "--grpc-port",
-        str(free_port()),
-        "--grpc-health-port",
-        str(free_port()),
-        "--metrics-port",
-        str(metrics_port),
-    ]
+    rendered = get_json("deployment", picker, "-n", ns)["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = _flags(rendered)
+    assert json.loads(flags["--config-text"])["kind"] == "EndpointPickerConfig"
+    metrics_port, log = free_port(), tmp_path / "epp.log"
+    flags.update({"--grpc-port": str(free_port()), "--grpc-health-port": str(free_port())})
+    flags["--metrics-port"] = str(metrics_port)
+    args = [str(PICKER), *(x for k, v in flags.items() for x in ((f"{k}={v}",) if v in ("true", "false") else (k, v)))]
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     try:
         url = f"http://127.0.0.1:{metrics_port}/metrics"
-
         pods = kubectl(
             "get",
             "pods",
@@ -167,9 +178,14 @@ def test_pool_and_picker_apply_and_run(
         time.sleep(2)
         text = log.read_text()
         assert "forbidden" not in text.lower(), [ln for ln in text.splitlines() if "orbidden" in ln][:3]
+        assert "loaded configuration from file/text successfully" in text
+        engine = [ln for ln in text.splitlines() if "Registered engine mapping" in ln and '"llamacpp"' in ln]
+        assert engine, "the extractor registered the engine's metric mapping"
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+        for crd in X_CRDS:
+            kubectl("delete", "crd", f"{crd}.inference.networking.x-k8s.io", "--ignore-not-found", "--wait=false")
 
     apply({**doc, "spec": {**doc["spec"], "routing": {"inferencePool": {"enabled": False}}}})
     wait_until(

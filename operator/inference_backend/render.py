@@ -390,7 +390,7 @@ def render_result(
         *weights_claim(ib, decision, lbl),
         deployment,
         *_service_and_pdb(ib, c, lbl, selector_labels(ib)),
-        *_routing(ib, selector_labels(ib), lbl, image_policy),
+        *_routing(ib, decision, selector_labels(ib), lbl, image_policy),
     ]
     if spec.autoscaling is not None:
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
@@ -568,13 +568,13 @@ def _service_and_pdb(
 
 
 def _routing(
-    ib: InferenceBackend, serving: dict[str, str], lbl: dict[str, str], image_policy: images.Policy
+    ib: InferenceBackend, decision: Decision, serving: dict[str, str], lbl: dict[str, str], image_policy: images.Policy
 ) -> list[Json]:
     """spec.routing.inferencePool: the InferencePool over the pods the Service selects, and its endpoint picker
     (routing.py)."""
     if not ib.spec.routing.inference_pool.enabled:
         return []
-    return routing.objects(ib, serving, lbl, image_policy)
+    return routing.objects(ib, serving, lbl, decision, image_policy)
 
 
 def _spread(template: Json, ib: InferenceBackend) -> None:
@@ -672,7 +672,7 @@ def _multi_node(
         *weights_claim(ib, decision, lbl),
         lws,
         *_service_and_pdb(ib, c, lbl, serving),
-        *_routing(ib, serving, lbl, image_policy),
+        *_routing(ib, decision, serving, lbl, image_policy),
     ]
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported)
 

@@ -24,6 +24,8 @@ KEDA_CRD = f"scaledobjects.{KEDA_GROUP}"
 INFERENCE_POOL_GROUP, INFERENCE_POOL_VERSION = "inference.networking.k8s.io", "v1"
 INFERENCE_POOL_API_VERSION = f"{INFERENCE_POOL_GROUP}/{INFERENCE_POOL_VERSION}"
 INFERENCE_POOL_CRD = f"inferencepools.{INFERENCE_POOL_GROUP}"
+INFERENCE_POOL_X_GROUP = "inference.networking.x-k8s.io"
+"""The Inference Extension's experimental group (InferenceObjective, InferenceModelRewrite), which its picker reads."""
 """The Gateway API Inference Extension's InferencePool CRD, which spec.routing.inferencePool needs."""
 
 # -- labels -------------------------------------------------------------------------------------------------------

@@ -615,6 +615,9 @@ class RoutingStatus(ApiModel):
     """Hash of the InferencePool last applied."""
     message: str | None = Field(default=None, max_length=MAX_REASON)
     """Why the pool is not applied (its CRD is not installed), while that holds."""
+    scorers: list[Annotated[str, Field(max_length=MAX_REASON)]] | None = Field(default=None, max_length=8)
+    """The endpoint picker's scorers: each with its weight and the engine metric it reads, or why it is left out
+    (the engine exports no such metric, its prefix cache is off, no spec.adapters)."""
 
 
 class InferenceBackendStatus(ApiModel):

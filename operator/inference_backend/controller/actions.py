@@ -30,10 +30,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference_backend import status
+from inference_backend import picker, status
 from inference_backend.api.inferencebackend import Autoscaling
 from inference_backend.controller.plan import Plan
 from inference_backend.controller.world import WORKLOADS, Child, Recent, World
+from inference_backend.engines import card
 from inference_backend.render import lws_name
 from inference_backend.routing import PICKER_VERSION, picker_name_of
 from inference_backend.vocabulary import AUTOSCALER, INFERENCE_POOL_CRD, KEDA_CRD, LWS_CRD, LWS_GROUP, LWS_VERSION
@@ -75,12 +76,17 @@ def _pool_missing(plan: Plan, name: str, error: str) -> str:
 
 
 def _pool_entry(manifest: Json, applied_hash: str, plan: Plan) -> Json:
-    """status.routing: the InferencePool and the endpoint picker it names, and the pool's applied hash."""
-    return {
+    """status.routing: the InferencePool and the endpoint picker it names, the pool's applied hash, and the picker's
+    scorers (what each reads, or why it is left out: picker.py)."""
+    entry: Json = {
         "inferencePool": manifest["metadata"]["name"],
         "endpointPicker": manifest["spec"]["endpointPickerRef"]["name"],
         "appliedHash": applied_hash,
     }
+    d = plan.decision
+    if d is not None and d.backend is not None:
+        entry["scorers"] = picker.lines(card(d.backend), d)
+    return entry
 
 
 PICKER_KINDS = ("Deployment", "Service", "RoleBinding", "Role", "ServiceAccount")

@@ -207,6 +207,13 @@ class Lora:
     """Serves DoRA adapters (adapter_config.json use_dora); the fetch step refuses them otherwise."""
     source: str
     """Where upstream says all of the above: files and the pinned version."""
+    info_metric: str = ""
+    """The gauge naming the adapters each replica runs and queues in the form the Gateway API Inference Extension's
+    model-server protocol reads (vLLM's ``vllm:lora_requests_info``: labels running_lora_adapters,
+    waiting_lora_adapters, max_lora), which the endpoint picker's LoRA affinity scorer reads (picker.py); "" where
+    the engine exports none, and then the picker does not score adapters."""
+    info_metric_source: str = ""
+    """Where the engine defines ``info_metric``: file and pinned version."""
 
 
 NO_LORA_SOURCE = "this engine's module"

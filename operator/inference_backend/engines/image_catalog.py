@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from inference_backend.engines import artifacts, llamacpp, onnxruntime, pytorch, sglang, tgi, vllm
 
-PICKER_VERSION = "v1.6.2"
+PICKER_VERSION = "v1.5.0"
 """The Gateway API Inference Extension release of the endpoint picker and its CRDs (e2e/gomod/gie/go.mod; a test
-keeps them equal)."""
-PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/lwepp:{PICKER_VERSION}"
-"""The lightweight EPP image the module's Makefile builds (LWEPP_IMAGE_NAME lwepp, from lwepp.Dockerfile: distroless
-static, nonroot), as the Kubernetes image promotion publishes staging images (routing.py renders it)."""
+keeps them equal): the last release whose module holds the scoring picker, cmd/epp (picker.py)."""
+PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PICKER_VERSION}"
+"""The EPP image of that release (config/charts/inferencepool/values.yaml: registry registry.k8s.io, repository
+gateway-api-inference-extension/epp, tag v1.5.0; built from the module's Dockerfile: cmd/epp on distroless
+static:nonroot), which routing.py renders."""
 
 CATALOG: dict[str, str] = {
     "vllm": vllm.IMAGE,

@@ -372,6 +372,8 @@ LORA = Lora(
     speculative=frozenset({"draft", "ngram"}),
     dora=False,
     source=_LORA_SRC,
+    info_metric="vllm:lora_requests_info",
+    info_metric_source=f"vllm/v1/metrics/loggers.py (PrometheusStatLogger, with --enable-lora), vLLM {VERSION}",
 )
 
 CARD = EngineCard(
