@@ -18,6 +18,7 @@ from ib_testkit.factories import MODELS, spec
 from ib_testkit.landing import misfits
 from inference_backend.api import InferenceBackend
 from inference_backend.facts import group_nodes
+from inference_backend.quantity import parse_quantity
 from inference_backend.render import render_result
 from inference_backend.selection import Decision, select
 
@@ -363,6 +364,24 @@ def test_node_whose_cpu_cannot_hold_the_fetch_init_container_is_left_out_with_th
     assert d.backend is None
     why = dict(d.rejected)["onnxruntime"]
     assert "the fetch init container 1 CPU" in why and "the node allocates 0 CPU" in why
+
+
+@pytest.mark.parametrize(("cpu", "init_cpu"), [(None, "1"), ("100m", "100m"), ("1500m", "1")])
+def test_the_fetch_step_requests_no_more_cpu_than_the_engine(cpu: str | None, init_cpu: str) -> None:
+    """The scheduler reserves the larger of the init and the engine containers' requests for the pod's whole life:
+    an engine asking for 100m behind a fetch step of one core held a core of a real 2-core node, and a third such pod
+    stayed Pending (e2e/test_real_nodes.py). The fetch step's CPU request is the engine's when that is smaller, and
+    the selection counts the same."""
+    two = P.eks_intel_cpu("two")
+    two["status"]["allocatable"].update(cpu="2", memory="23Gi")
+    resources = {"requests": {"memory": "1Gi", **({"cpu": cpu} if cpu else {})}, "limits": {"memory": "1Gi"}}
+    raw = {"model": ONNX, "resources": resources}
+    pod, _ = rendered(raw, decide(raw, [two]))
+    (init,) = pod["initContainers"]
+    assert init["resources"]["requests"] == {"cpu": init_cpu, "memory": "1Gi"}
+    engine = pod["containers"][0]["resources"]["requests"]["cpu"]
+    assert parse_quantity(init_cpu) <= parse_quantity(engine), "the pod reserves what its engine asks for, no more"
+    assert engine == (cpu or engine)
 
 
 @pytest.mark.parametrize(("replicas", "mode"), [(1, "ReadWriteOnce"), (2, "ReadWriteMany")])

@@ -442,9 +442,10 @@ def _pod_spec(ib: InferenceBackend, decision: Decision, c: EngineContainer) -> J
     # A read-only root where the image runs as non-root (our runners, llama-server) and for the fetch step; the
     # engines whose images need root also write their caches under /root (their cards' run_as says so).
     read_only = caps.run_as_user is not None
-    if c.init_containers:
-        pod_spec["initContainers"] = [_hardened(no_expansion(i), INIT_USER, True) for i in c.init_containers]
     main = _hardened(no_expansion(c.to_k8s()), None, read_only)
+    if c.init_containers:
+        inits = [_within_engine_cpu(i, main) for i in c.init_containers]
+        pod_spec["initContainers"] = [_hardened(no_expansion(i), INIT_USER, True) for i in inits]
     pod_spec["containers"] = [main]
     volumes = [*c.volumes]
     if read_only or c.init_containers:
@@ -463,6 +464,19 @@ def _pod_spec(ib: InferenceBackend, decision: Decision, c: EngineContainer) -> J
                 "ephemeral-storage": weights if held else SMALL_DISK,
             }
     return pod_spec
+
+
+def _within_engine_cpu(init: Json, main: Json) -> Json:
+    """An init container requests no more CPU than the engine container: the scheduler reserves the larger of the
+    two for the pod's whole life, so the fetch step's one core made an engine asking for 100m hold a core long after
+    its download (on a real 2-core node, two such pods left no room for a third). The download is network- and
+    disk-bound, and with no CPU limit it still uses whatever CPU is idle. selection/nodefit.py counts the same."""
+    engine = ((main.get("resources") or {}).get("requests") or {}).get("cpu")
+    requests = (init.get("resources") or {}).get("requests") or {}
+    wanted = requests.get("cpu")
+    if engine is None or wanted is None or parse_quantity(str(engine)) >= parse_quantity(str(wanted)):
+        return init
+    return {**init, "resources": {**init["resources"], "requests": {**requests, "cpu": engine}}}
 
 
 def _deployment(

@@ -105,7 +105,8 @@ def split_uri(uri: str) -> tuple[str, str]:
 CLAIM_PLACEHOLDER = "weights"
 """The claim name of a spec.model.cache.storageClass cache when nothing named it (render.py always does)."""
 FETCH_REQUESTS = {"cpu": "1", "memory": "1Gi"}
-"""What a fetch init container requests (the selection counts it against the node's allocatable)."""
+"""What a fetch init container requests (the selection counts it against the node's allocatable); render lowers
+the CPU to the engine container's request when that is smaller."""
 CACHE_VOLUME, CACHE_MOUNT = "weights-cache", "/weights-cache"
 """The spec.model.cache volume, and where the fetch init containers mount it (the engine mounts a subPath)."""
 

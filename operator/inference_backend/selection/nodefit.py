@@ -159,7 +159,8 @@ def requests_miss(option: Option, spec: InferenceBackendSpec, init: bool) -> str
     mem = _quantity(spec, "memory")
     engine_cpu = int(cpu * 1000) if cpu is not None else option.host.cpu_millis
     engine_mem = int(mem) if mem is not None else option.host.memory_bytes
-    init_cpu = int(float(parse_quantity(FETCH_REQUESTS["cpu"])) * 1000) if init else 0
+    # render caps the fetch step's CPU request at the engine's (render._within_engine_cpu)
+    init_cpu = min(int(float(parse_quantity(FETCH_REQUESTS["cpu"])) * 1000), engine_cpu) if init else 0
     init_mem = int(parse_quantity(FETCH_REQUESTS["memory"])) if init else 0
     pod_cpu, pod_mem = max(engine_cpu, init_cpu), max(engine_mem, init_mem)
     if pod_cpu <= hw.cpu_millis and pod_mem <= hw.memory_bytes:
