@@ -72,6 +72,7 @@ def test_adapters_greedy_equal_peft_in_one_mixed_batch(
     srv = start_server("pytorch", args)
     models = httpx.get(srv.url + "/v1/models").json()["data"]
     assert [(m["id"], m.get("parent")) for m in models] == [("tiny", None), ("sql", "tiny"), ("poems", "tiny")]
+    assert [m["root"] for m in models] == [str(lora["base"]), str(lora["sql"]), str(lora["poems"])]
     jobs = [(prompt, 12, (None, *ADAPTERS)[i % 3]) for i, (prompt, _) in enumerate(workload(18, seed=3))]
     limits = httpx.Limits(max_connections=18)
     from concurrent.futures import ThreadPoolExecutor
@@ -142,6 +143,8 @@ def test_adapters_load_and_unload_at_run_time(lora: dict[str, Path], peft_greedy
             r = _post(srv.url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(lora[name])})
             assert r.status_code == 200 and r.text == f"Success: LoRA adapter '{name}' added successfully.", r.text
         assert _served(srv.url) == ["tiny", *ADAPTERS]
+        roots = {m["id"]: m.get("root") for m in httpx.get(srv.url + "/v1/models").json()["data"]}
+        assert roots == {"tiny": str(lora["base"]), **{name: str(lora[name]) for name in ADAPTERS}}
         for prompt in prompts:
             for name in (None, *ADAPTERS):
                 assert tokens(name or "tiny", prompt) == peft_greedy(name, prompt, 10), (name, prompt)
@@ -156,6 +159,8 @@ def test_adapters_load_and_unload_at_run_time(lora: dict[str, Path], peft_greedy
             body = {"lora_name": "sql", "lora_path": str(lora[weights]), "load_inplace": True}
             assert _post(srv.url, "/v1/load_lora_adapter", body).status_code == 200
             assert tokens("sql", prompts[0]) == peft_greedy(weights, prompts[0], 10)
+            served = httpx.get(srv.url + "/v1/models").json()["data"]
+            assert [m["root"] for m in served if m["id"] == "sql"] == [str(lora[weights])]
         assert _served(srv.url) == ["tiny", *ADAPTERS]
 
         r = _post(srv.url, "/v1/unload_lora_adapter", {"lora_name": "sql"})

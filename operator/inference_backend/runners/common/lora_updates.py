@@ -95,6 +95,7 @@ async def load(state: State, body: LoadLoRAAdapterRequest) -> Response:
         if inplace:  # the old weights are out: the name is not served any more
             state.adapters = tuple(a for a in state.adapters if a != name)
         raise _invalid(str(exc), "lora_path") from exc
+    state.roots[name] = path
     if not inplace:
         state.adapters = (*state.adapters, name)
     return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
@@ -110,6 +111,7 @@ async def unload(state: State, body: UnloadLoRAAdapterRequest) -> Response:
     state.adapters = tuple(a for a in state.adapters if a != name)  # new requests for it: 404 from now on
     fut = engine.call(lambda: backend.unload_adapter(name), when=lambda: not engine.uses(lambda r: r.adapter == name))
     await asyncio.wrap_future(fut)
+    state.roots.pop(name, None)
     return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
 

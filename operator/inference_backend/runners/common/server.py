@@ -136,8 +136,14 @@ def build_app(state: State) -> FastAPI:
         }
         if state.loaded is not None:
             card["max_model_len"] = state.loaded.max_model_len
-        # each LoRA adapter as a model of its own whose parent is the base model (vLLM's /v1/models shape)
-        adapters = [{**card, "id": name, "parent": state.served_model_name} for name in state.adapters]
+        if root := state.roots.get(state.served_model_name):
+            card["root"] = root
+        # each LoRA adapter as a model of its own whose parent is the base model and root its directory (vLLM's
+        # /v1/models shape: vllm/entrypoints/openai/models/serving.py show_available_models)
+        adapters = [
+            {**card, "id": name, "root": state.roots.get(name), "parent": state.served_model_name}
+            for name in state.adapters
+        ]
         return {"object": "list", "data": [card, *adapters]}
 
     async def handle(request: Request, chat: bool) -> Response:
@@ -170,8 +176,9 @@ def serve(args: Any, load: Callable[[Metrics], Loaded], served_model_name: str, 
 
     metrics = metrics or Metrics(served_model_name)
     limits = Limits.from_args(args)
-    adapters = tuple(name for name, _ in getattr(args, "adapter", None) or ())
-    state = State(served_model_name, metrics, adapters, limits)
+    given = tuple(getattr(args, "adapter", None) or ())
+    roots = {served_model_name: str(args.model), **dict(given)}
+    state = State(served_model_name, metrics, tuple(name for name, _ in given), roots, limits)
     config = uvicorn.Config(
         build_app(state),
         host=args.host,

@@ -28,7 +28,10 @@ class State:
     served_model_name: str
     metrics: Metrics
     adapters: tuple[str, ...] = ()
-    """LoRA adapters served beside the model, each under its name (--adapter)."""
+    """LoRA adapters served beside the model, each under its name (--adapter, or loaded at run time)."""
+    roots: dict[str, str] = field(default_factory=dict)
+    """Where each served model's weights were loaded from (the model's directory, each adapter's): /v1/models
+    ``root``, as vLLM reports it."""
     limits: Limits = field(default_factory=Limits)
     loaded: Loaded | None = None
     failed: str | None = None
