@@ -353,8 +353,9 @@ FIT_GRID = {
     "step_ms": (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0),
     "seq_us": (5.0, 15.0, 50.0, 150.0, 400.0),
     "layer_us": (0.0, 30.0, 60.0, 100.0, 150.0, 200.0, 250.0, 350.0, 550.0),
-    "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0),
+    "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0),
     "request_ms": (2.0, 8.0, 20.0, 40.0, 80.0),
+    "moe": (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0),
 }
 
 
@@ -438,11 +439,11 @@ def fit() -> int:
         print(
             f"{key}: n={len(group)} clipped mean |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
             f"decode {best.decode}, step_ms {best.step_ms}, seq_us {best.seq_us}, layer_us {best.layer_us}, "
-            f"burst {best.burst}, request_ms {best.request_ms}"
+            f"burst {best.burst}, request_ms {best.request_ms}, moe {best.moe}"
         )
         print(
             f"    Efficiency({best.prefill}, {best.decode}, {best.step_ms}, {best.seq_us}, {best.request_ms}, ..., "
-            f"{best.layer_us}, {best.burst})"
+            f"{best.layer_us}, {best.burst}, moe={best.moe})"
         )
     return 0
 

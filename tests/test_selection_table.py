@@ -301,9 +301,11 @@ CASES = [
         1,
         rejected={"pytorch": "ranked below vllm: the load objectives need"},
     ),
+    # vLLM's TTFT at one request on one H100 is about 60 ms (GPUStack measured 60 ms for vLLM 0.11 with 232-token
+    # prompts), so the objective leaves room for it there; on an L4 a 512-token prefill alone takes about 150 ms
     Case(
         "ttft-objective-moves-to-faster-gpu",
-        m(model=m(modelRef="llama-3-1-8b"), objectives=m(ttftMillis=60)),
+        m(model=m(modelRef="llama-3-1-8b"), objectives=m(ttftMillis=100)),
         MIXED,
         "vllm",
         "gpu",

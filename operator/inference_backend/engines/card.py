@@ -91,6 +91,9 @@ class Efficiency:
     scheduler admits such a wave (vLLM >= 0.6 mixes it into decode steps by chunks; SGLang's default and older
     engines prefill the waiting prompts first, together). A burst (requests sent together, once) is simulated step
     by step instead (selection/workload.py ``burst``)."""
+    moe: float = 1.0
+    """Share of its dense prefill rate a mixture of experts' token computations reach: the expert GEMMs each run
+    over the few tokens routed to them, behind the router's permutes (1: as dense)."""
 
 
 FITTED = "fitted by bench/perf_model.py (make bench-model) to the calibration set's non-held-out rows"
@@ -117,6 +120,10 @@ class Performance:
     """On GPUs of 70 GiB or more, when the default differs there (vLLM)."""
     aiconfigurator: str = ""
     """aiconfigurator's name for the engine where it ships tables for it (selection/perf_tables.py), else ""."""
+    table_ttft: bool = True
+    """Whether the tables' TTFT corrects the roofline's (their TPOT always does); False where the engine's measured
+    rows say the table's TTFT is further off than the roofline's (table_ttft_source says by how much)."""
+    table_ttft_source: str = ""
     step_tokens: int = 0
     """The most tokens (decoding sequences + prompt chunks) one step carries by default; 0: no such budget."""
     step_tokens_large_gpu: int = 0

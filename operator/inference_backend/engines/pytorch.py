@@ -107,7 +107,7 @@ PERFORMANCE = Performance(
             "nvidia",
             TORCH_COMPILE,
             Efficiency(
-                0.55,
+                0.75,
                 0.80,
                 2.0,
                 400.0,
@@ -121,7 +121,7 @@ PERFORMANCE = Performance(
             "amd",
             TORCH_COMPILE,
             Efficiency(
-                0.55, 0.80, 2.0, 400.0, 40.0, "assumed as on NVIDIA (one gpt-fast MI250X row, too few to fit)", 0.0
+                0.75, 0.80, 2.0, 400.0, 40.0, "assumed as on NVIDIA (one gpt-fast MI250X row, too few to fit)", 0.0
             ),
         ),
     ),

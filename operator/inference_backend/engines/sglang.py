@@ -252,7 +252,7 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.55, 0.40, 0.5, 15.0, 2.0, _AIC_FIT, 200.0, 0.5),
+        "nvidia": Efficiency(0.55, 0.40, 1.0, 15.0, 2.0, _AIC_FIT, 200.0, 0.5, 0.2),
         "amd": Efficiency(
             0.30, 0.30, 1.0, 400.0, 10.0, "assumed as ROCm vLLM's (no published SGLang row on AMD)", 0.0, 0.5
         ),

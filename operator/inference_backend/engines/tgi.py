@@ -235,7 +235,7 @@ PERFORMANCE = Performance(
             FITTED + " (TGI 2.0.4 on A10G beside vLLM 0.4.3: Hugging Face llmperf rows; TGI 3.x, the pinned "
             "release, is taken as 2.x: TGI v3's own tables put it at 1.0-1.25x vLLM)",
             100.0,
-            1.0,
+            1.5,
         ),
         "amd": Efficiency(0.15, 0.40, 0.5, 150.0, 80.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 0.0, 0.5),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: one MLPerf 4.0 tgi-gaudi row, too few to fit"),

@@ -327,7 +327,7 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.35, 0.80, 3.0, 150.0, 40.0, _AIC_FIT, 0.0, 0.05),
+        "nvidia": Efficiency(0.45, 0.90, 3.0, 150.0, 40.0, _AIC_FIT, 0.0, 0.05, 0.5),
         "amd": Efficiency(
             0.10,
             0.30,
@@ -336,10 +336,35 @@ PERFORMANCE = Performance(
             80.0,
             FITTED + " (ROCm vLLM 0.4-0.6 on MI300X: LLM-Inference-Bench, MLPerf 4.1, dstack, Oracle rows)",
             0.0,
-            1.0,
+            1.5,
+            0.75,
         ),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: the vLLM Gaudi fork has no published row here"),
     },
+    older=(
+        (
+            "nvidia",
+            "0.8",
+            Efficiency(
+                0.75,
+                0.60,
+                4.0,
+                150.0,
+                80.0,
+                FITTED + " (vLLM 0.4-0.7 on A10G, L40S, H100, H200: Hugging Face llmperf, MLPerf 4.1, SGLang's v0.6 "
+                "benchmark, dstack rows): the V0 engine, the default before 0.8.0, scheduled the waiting prompts "
+                "first, unchunked, in steps of their own; V1 chunks them into the decode steps",
+                0.0,
+                2.0,
+                0.15,
+            ),
+        ),
+    ),
+    table_ttft=False,
+    table_ttft_source="aiconfigurator 0.12.0's TTFT for vLLM is not used: against NVIDIA's end-to-end vLLM "
+    "measurements shipped with it (silicon_sample.csv, the calibration set's aiconfigurator-silicon rows) the fitted "
+    "roofline's TTFT is closer (make bench-model, the vLLM figures' median |log2| with the table's TTFT / without: "
+    "0.31 / 0.23 on the fitted rows, 0.41 / 0.27 held out); its TPOT is used",
     max_sequences=256,
     max_sequences_large_gpu=1024,
     max_sequences_source="vLLM max_num_seqs default (vllm/engine/arg_utils.py EngineArgs._set_default_args: 1024 on "

@@ -165,6 +165,7 @@ def efficiency(engine: str, vendor: str, version: str = "", variant: str = "") -
         f"its NVIDIA factors x {k} (no {vendor} row)",
         base.layer_us / k,
         base.burst,
+        base.moe,
     )
     return derated, f"{engine}/{vendor} efficiencies ({derated.source})"
 
@@ -233,6 +234,8 @@ def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction
     if table is not None:
         key, name = table
         r_ttft, r_tpot = _ratio(key, p.efficiency, load.prompt, base.running, p.budget)
+        if not card(p.engine).performance.table_ttft:
+            r_ttft = 1.0
         src = (
             f"aiconfigurator {perf_tables.AICONFIGURATOR_VERSION} table ({key}, database "
             f"{perf_tables.TABLES[key]['version']}) over the roofline: TTFT x{r_ttft:.2f}, TPOT x{r_tpot:.2f} at "

@@ -125,7 +125,8 @@ def step_s(
     attn = 4 * shape.layers * shape.hidden * context * decoding
     if prefill > 0:
         attn += 2 * shape.layers * shape.hidden * prompt * prefill  # prefill tokens each attend ~prompt/2 back
-    comp = (2 * shape.active * tokens + attn) / (dev.n * dev.flops * eff.prefill)
+    rate = dev.n * dev.flops * eff.prefill * (eff.moe if shape.active < 0.9 * shape.parameters else 1.0)
+    comp = (2 * shape.active * tokens + attn) / rate
     device = max(mem, comp) + comm_s(shape, dev, tokens)
     return max(device, shape.layers * eff.layer_us * 1e-6) + eff.step_ms / 1000 + eff.seq_us * 1e-6 * decoding
 
