@@ -36,7 +36,7 @@ def _child(cases: int, root: Path) -> int:
     from inference_backend.modelinfo import InspectError, inspect_path
 
     seeded = seeds(root / "seeds")
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter({"crashes": 0, "refused without naming the file": 0})  # printed even when 0
     slowest = 0.0
     failures: list[str] = []
 
@@ -74,7 +74,7 @@ def _hostile(root: Path) -> Counter[str]:
     from ib_testkit.hostile_files import HOSTILE, outside
 
     outside(root)
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter({"hostile crashes": 0})
     for name, build in sorted(HOSTILE.items()):
         path = build(root)
         cmd = [sys.executable, "-m", "inference_backend.cli", "model", "inspect", str(path), "--uri", "s3://b/m"]
