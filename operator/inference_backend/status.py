@@ -8,7 +8,7 @@ moves when its status changes, so an unchanged object yields an identical status
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -333,3 +333,30 @@ def _with_transitions(
 def changed(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether writing ``new`` would change anything."""
     return (current or {}) != new
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One serving pod as its engine reports itself: the LoRA adapters it serves (name -> the path it loaded)."""
+
+    pod: str
+    url: str
+    """The pod's engine, http://IP:PORT."""
+    adapters: Mapping[str, str]
+
+
+def served_adapters(models: Mapping[str, Any], base: str) -> dict[str, str]:
+    """name -> root of the LoRA adapters in a replica's ``GET /v1/models`` reply, in vLLM's shape (each adapter a
+    model whose ``parent`` is the base model and ``root`` its path: vLLM 0.33.0 vllm/entrypoints/openai/models/
+    serving.py show_available_models; our PyTorch runner answers the same); the base model left out."""
+    out: dict[str, str] = {}
+    for card in models.get("data") or ():
+        name = str(card.get("id") or "")
+        if name and name != base and card.get("parent") == base:
+            out[name] = str(card.get("root") or "")
+    return out
+
+
+def adapters_entry(replicas: Sequence[Replica]) -> list[dict[str, Any]]:
+    """status.adapters: the adapters each replica serves, by pod name."""
+    return [{"pod": r.pod, "adapters": sorted(r.adapters)} for r in sorted(replicas, key=lambda r: r.pod)]

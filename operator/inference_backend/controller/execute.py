@@ -17,6 +17,8 @@ from typing import Any
 from inference_backend import status
 from inference_backend.controller import metrics
 from inference_backend.controller.actions import Action, Apply, Delete, Key
+from inference_backend.controller.adapters import EngineCall
+from inference_backend.controller.engine_http import EngineClient
 from inference_backend.controller.events import Event
 from inference_backend.controller.kube import Writer, describe_error, not_found, owned
 from inference_backend.controller.plan import Plan
@@ -149,6 +151,34 @@ async def write_status(
         raise ReconcileFailure("StatusWriteFailed", f"writing the status: {describe_error(exc)}") from exc
     metrics.API_WRITES.labels("InferenceBackendStatus").inc()
     return True
+
+
+async def replicas(pods: Iterable[tuple[str, str]], base: str, engines: EngineClient) -> list[status.Replica]:
+    """Each (pod, engine URL)'s adapters, read from its ``GET /v1/models``; a pod that does not answer is left out
+    (it is not serving yet, or any more)."""
+    out = []
+    for pod, url in pods:
+        try:
+            models = await engines.get_json(url + "/v1/models")
+        except Exception as exc:
+            log.debug("%s: /v1/models: %s", pod, exc)
+            continue
+        out.append(status.Replica(pod, url, status.served_adapters(models, base)))
+    return out
+
+
+async def call_engines(calls: Sequence[EngineCall], engines: EngineClient) -> list[str]:
+    """Carry out adapter loads and unloads (controller.adapters.adapter_calls) in order; what failed, one line each
+    (said in the status; the next reconcile plans again from what the replicas then serve)."""
+    failed = []
+    for c in calls:
+        try:
+            code, text = await engines.post(c.url + c.path, c.body)
+        except Exception as exc:
+            code, text = 0, str(exc)
+        if code != 200:
+            failed.append(f"{c.pod}: {c.path} {c.body.get('lora_name')}: {code or 'no answer'} {text[:300]}")
+    return failed
 
 
 async def post(writer: Writer, owner: Mapping[str, Any], events: Iterable[Event]) -> None:
