@@ -147,6 +147,16 @@ def test_vllm_with_adapters_scores_queue_kv_prefix_and_lora_from_its_card() -> N
     assert config["schedulingProfiles"][0]["plugins"][-1] == {"pluginRef": "max-score-picker"}
 
 
+def test_our_pytorch_runner_with_adapters_is_scored_by_adapter_too() -> None:
+    """runners/common/metrics.py exports vLLM's vllm:lora_requests_info (tests/runners/test_adapters.py reads it)."""
+    adapters = [{"name": "sql", "uri": "hf://acme/sql-lora"}]
+    body = {"model": LLAMA, "backend": "pytorch", "hardware": {"accelerator": "cpu"}, "adapters": adapters}
+    objs = _objects({**body, "routing": ON}, [node("c", cpu="64", memory="256Gi")])
+    config = _config(objs)
+    assert _scorers(config)["lora-affinity-scorer"] == 1.0
+    assert _engine_config(config)["loraSpec"] == "vllm:lora_requests_info"
+
+
 @pytest.mark.parametrize("engine_card", REGISTRY, ids=lambda c: c.name)
 def test_each_engine_scores_only_what_its_card_exports(engine_card: Any) -> None:
     decision = Decision(backend=engine_card.name, reasons=(), prefix_cache=True, adapters=NO_ADAPTERS)

@@ -5,6 +5,7 @@ cache. The adapters' facts (`inference-backend model inspect`, the fetch step's 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,9 @@ def test_unload_waits_for_the_adapters_running_request(
         long = pool.submit(complete, client, srv.url, prompt, 300, model="sql", ignore_eos=True)
         while metric(srv.url, "vllm:num_requests_running") < 1:
             assert not long.done()
+        # vLLM's adapter gauge, which the endpoint picker's lora-affinity scorer reads: sql is running
+        info = re.findall(r"^vllm:lora_requests_info\{([^}]*)\} ", httpx.get(srv.url + "/metrics").text, re.M)
+        assert 'max_lora="16",running_lora_adapters="sql",waiting_lora_adapters=""' in info, info
         r = _post(srv.url, "/v1/unload_lora_adapter", {"lora_name": "sql"})
         # the unload ran on the engine thread after the request left the batch (its HTTP reply may still be on
         # its way), with every one of its 300 tokens computed with the adapter

@@ -81,6 +81,9 @@ LORA = Lora(
     source="runners/pytorch/adapters.py of this repository: PEFT's LoraModel on the Transformers model (any "
     "architecture and module PEFT adapts, DoRA included); the prefix cache is kept per adapter; "
     "runners/common/lora_updates.py: the run-time endpoints",
+    info_metric="vllm:lora_requests_info",
+    info_metric_source="runners/common/metrics.py of this repository, vLLM 0.33.0's name and labels "
+    "(v1/metrics/loggers.py); max_lora is --max-batch-size (each row may run its own adapter)",
 )
 
 

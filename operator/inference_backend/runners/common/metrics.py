@@ -158,9 +158,26 @@ class Metrics:
             PREFIX + "request_success", "Finished requests", ["model_name", "finished_reason"], registry=r
         )
         self.model_name = model_name
+        self.lora_info: Any = None  # enable_lora
+        self.max_lora = 0
         for reason in FINISHED_REASONS:  # every series from the start, as vLLM does (rate() needs a first 0)
             self.success.labels(model_name, reason)
         r.register(NvmlCollector())
+
+    def enable_lora(self, max_lora: int) -> None:
+        """vllm:lora_requests_info, as vLLM 0.33.0 exports it with LoRA on (v1/metrics/loggers.py): labels max_lora,
+        waiting_lora_adapters and running_lora_adapters (adapter names, comma-separated), value the time it was
+        set; the endpoint picker's lora-affinity scorer reads the newest series. ``max_lora``: how many adapters run
+        at once (ours: one per batch row)."""
+        labels = ["max_lora", "waiting_lora_adapters", "running_lora_adapters"]
+        self.lora_info = Gauge(
+            PREFIX + "lora_requests_info", "Running stats on lora requests.", labels, registry=self.registry
+        )
+        self.max_lora = max_lora
+
+    def lora_requests(self, running: list[str], waiting: list[str]) -> None:
+        if self.lora_info is not None:
+            self.lora_info.labels(str(self.max_lora), ",".join(waiting), ",".join(running)).set_to_current_time()
 
     def finished(self, reason: str) -> None:
         self.success.labels(self.model_name, reason).inc()

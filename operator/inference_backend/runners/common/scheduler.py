@@ -400,4 +400,9 @@ class Scheduler:
 
     def _gauges(self) -> None:
         self.metrics.running.set(len(self.running))
+        if self.metrics.lora_info is not None:  # the adapters running and waiting, each named once, in order
+            running = dict.fromkeys(s.req.adapter for s in self.running if s.req.adapter)
+            with self._cond:  # the HTTP side appends to it (an RLock: callers may hold it already)
+                waiting = dict.fromkeys(r.adapter for r in self.waiting if r.adapter)
+            self.metrics.lora_requests(list(running), list(waiting))
         self.metrics.kv_usage.set(self.reserved / self.kv_capacity if self.kv_capacity else 0.0)

@@ -140,6 +140,8 @@ def load(args: Any, metrics: Metrics) -> Loaded:
     # LoRA layers wrap the Linear layers: neither the prepacked weights nor the fused forward know them (nor can
     # they, with adapters loaded at run time: common/lora_updates.py)
     lora = bool(adapters) or lora_updates.enabled()
+    if lora:  # every row of a batch may run its own adapter
+        metrics.enable_lora(args.max_batch_size)
     pack = args.prepack_weights and packed.available(device, dtype) and not lora
     cpu_fp32 = device.type == "cpu" and dtype == torch.float32  # where it was measured (CUDA: not verified)
     lean = args.fused_forward and draft is None and not lora and cpu_fp32
