@@ -359,6 +359,12 @@ FIT_GRID = {
 }
 
 
+FIT_ONLY: dict[tuple[str, str, str], tuple[str, ...]] = {("onnxruntime", "nvidia", ""): ("prefill",)}
+"""Entries whose rows inform only some factors, and which the fit varies alone: ONNX Runtime's GPU rows are prompt
+latencies (the Mistral ONNX model card), so only its prefill rate is fitted; the rest of the entry stays an
+estimate for our runner."""
+
+
 def _slot(c: Case) -> tuple[str, str, str]:
     """(engine, vendor, "" or the older release's cut-off or "variant:" and its name): which efficiency entry of
     the card rates the row."""
@@ -404,7 +410,7 @@ weighs every row (the target counts rows within 2x), and the clip keeps a few ro
 (launch-bound prefill of early DeepSeek-R1 support, say) from pulling every other row off."""
 
 
-def fit() -> int:
+def fit(engine: str = "") -> int:
     """Coordinate descent over FIT_GRID, per efficiency entry with rows, on the clipped mean |log2| of the
     non-held-out rows it rates (LOSS_CLIP)."""
     cases = [c for r in load_rows() if (c := case(r)) is not None and not c.holdout]
@@ -412,6 +418,8 @@ def fit() -> int:
     for c in cases:
         groups[_slot(c)].append(c)
     for key, group in sorted(groups.items()):
+        if engine and key[0] != engine:
+            continue
         measured = [c for c in group if c.row["file"] == MEASURED_GPU]
         group = measured or group  # rows measured on a lent GPU win over published ones for their engine/vendor
         eff = _get(key)
@@ -430,6 +438,8 @@ def fit() -> int:
         best, best_score = eff, first
         for _ in range(2):
             for name, grid in FIT_GRID.items():
+                if key in FIT_ONLY and name not in FIT_ONLY[key]:
+                    continue
                 for v in grid:
                     cand = replace(best, **{name: v})
                     sc = score(cand)
@@ -452,8 +462,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=("report", "fit"), nargs="?", default="report")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--engine", default="", help="fit only this engine's entries")
     a = ap.parse_args()
-    return fit() if a.cmd == "fit" else report(not a.no_plot)
+    return fit(a.engine) if a.cmd == "fit" else report(not a.no_plot)
 
 
 if __name__ == "__main__":

@@ -129,6 +129,52 @@ def test_beyond_the_batch_cap_requests_queue_and_a_rate_above_capacity_saturates
     assert over.saturated and math.isinf(over.ttft_ms)
 
 
+def test_a_burst_is_run_step_by_step_its_prompts_queue_behind_each_other() -> None:
+    """N prompts sent together: with a prefill budget of one prompt per step the k-th first token comes after k
+    prefill steps, so the median TTFT is about N / 2 prompts' prefill and the p95 about 0.95 N; the run's
+    tokens/s is N x O over its length; one request alone is the single-stream figure."""
+    shape = Shape(8e9, 8e9, 32, 4096, 16e9, 131072)
+    dev = Device(1, 2e12, 500e12)
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, 0.0, "test")
+    prefill_ms = 2 * 8e9 * 1024 / 500e12 * 1000  # 32.8 ms of compute per 1,024-token prompt
+    burst = predict(shape, dev, eff, Workload(1024, 64, concurrency=100, burst=True), 1e9, "", budget=1024 + 100)
+    assert burst.ttft_ms == pytest.approx(50 * prefill_ms, rel=0.15)
+    assert burst.ttft_p95_ms == pytest.approx(95 * prefill_ms, rel=0.15)
+    assert burst.ttft_p95_ms > 1.8 * burst.ttft_ms
+    one = predict(shape, dev, eff, Workload(1024, 64, concurrency=1, burst=True), 1e9, "")
+    steady = predict(shape, dev, eff, Workload(1024, 64, concurrency=1), 1e9, "")
+    assert one.tpot_ms == pytest.approx(steady.tpot_ms, rel=0.02)
+    assert one.ttft_ms == pytest.approx(prefill_ms, rel=0.1)
+    assert burst.tokens_per_second < 100 * one.tokens_per_second
+
+
+def test_layers_split_over_devices_pipeline_a_long_prompt_but_not_a_decode_step() -> None:
+    """llama.cpp's layer split: 8 micro-batches of 512 tokens through 4 devices take 11 / 32 of one device's
+    time; a 512-token prompt (one micro-batch) and a decode step gain nothing."""
+    shape = Shape(70e9, 70e9, 80, 8192, 140e9, 327680)
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, 0.0, "test")
+    one = Device(1, 2e12, 300e12)
+    four = Device(1, 2e12, 300e12, stages=4, micro_batch=512)
+    long_one = predict(shape, one, eff, Workload(4096, 2, concurrency=1), 1e9, "")
+    long_four = predict(shape, four, eff, Workload(4096, 2, concurrency=1), 1e9, "")
+    assert long_four.ttft_ms == pytest.approx(long_one.ttft_ms * 11 / 32, rel=0.05)
+    short = [predict(shape, d, eff, Workload(512, 2, concurrency=1), 1e9, "") for d in (one, four)]
+    assert short[0].ttft_ms == pytest.approx(short[1].ttft_ms, rel=1e-6)
+    assert short[0].tpot_ms == pytest.approx(short[1].tpot_ms, rel=1e-6)
+
+
+def test_vllm_keeps_its_smaller_defaults_on_an_a100_whatever_its_memory() -> None:
+    """vLLM's large-GPU defaults (1,024 sequences, 8,192 tokens a step) are for GPUs of 70 GiB or more but A100s
+    (EngineArgs._set_default_args: 'a100' not in device_name)."""
+    from inference_backend.selection.perf import batch_cap, step_budget
+
+    big = 80 * 2**30
+    assert batch_cap("vllm", big, 0, "NVIDIA-H100-80GB-HBM3")[0] == 1024
+    assert batch_cap("vllm", big, 0, "NVIDIA-A100-SXM4-80GB")[0] == 256
+    assert step_budget("vllm", big, "NVIDIA-H100-80GB-HBM3") == 8192
+    assert step_budget("vllm", big, "NVIDIA-A100-SXM4-80GB") == 2048
+
+
 def test_the_decision_says_where_its_estimate_comes_from() -> None:
     cpu = cluster(node("cpu", cpu="16", memory="64Gi"))
     d = select(

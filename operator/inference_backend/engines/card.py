@@ -118,6 +118,9 @@ class Performance:
     transformers' eager forward): rows of that variant are rated, fitted and reported with these, apart."""
     max_sequences_large_gpu: int = 0
     """On GPUs of 70 GiB or more, when the default differs there (vLLM)."""
+    large_gpu_except: tuple[str, ...] = ()
+    """GPU products (lower-case substrings of the name) that keep the smaller defaults whatever their memory (vLLM:
+    A100s)."""
     aiconfigurator: str = ""
     """aiconfigurator's name for the engine where it ships tables for it (selection/perf_tables.py), else ""."""
     table_ttft: bool = True
@@ -129,6 +132,9 @@ class Performance:
     step_tokens_large_gpu: int = 0
     """The same on GPUs of 70 GiB or more, when it differs there (vLLM)."""
     step_tokens_source: str = ""
+    micro_batch: int = 0
+    """Tokens of a prompt one device processes at a time where layers are split over devices (llama.cpp's
+    -ub): a prompt's micro-batches are pipelined through the devices; 0: no such pipelining."""
 
 
 Signal = Literal["queueDepth", "runningRequests", "kvCacheUsage", "ttft"]

@@ -303,11 +303,11 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.35,
+            0.30,
             0.80,
             1.0,
             400.0,
-            20.0,
+            8.0,
             FITTED + " (llama-bench on A100, H100, L40S, A40, RTX A6000/6000 Ada: LLM-Inference-Bench and "
             "llmgpubench rows)",
             200.0,
@@ -321,6 +321,7 @@ PERFORMANCE = Performance(
     max_sequences_source="its slots (-np), each a full context (selection/options.py)",
     step_tokens=2048,
     step_tokens_source="llama-server -b (n_batch) default 2048 (common/arg.cpp)",
+    micro_batch=512,  # -ub (n_ubatch) default 512 (common/arg.cpp); pipelined over split layers since b2467 (#6017)
 )
 LORA = Lora(
     serves=True,

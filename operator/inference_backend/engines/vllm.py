@@ -368,12 +368,14 @@ PERFORMANCE = Performance(
     max_sequences=256,
     max_sequences_large_gpu=1024,
     max_sequences_source="vLLM max_num_seqs default (vllm/engine/arg_utils.py EngineArgs._set_default_args: 1024 on "
-    "GPUs of 70 GiB or more, else 256)",
+    "GPUs of 70 GiB or more but A100s, else 256)",
+    large_gpu_except=("a100",),
     aiconfigurator="vllm",
     step_tokens=2048,
     step_tokens_large_gpu=8192,
     step_tokens_source="vLLM max_num_batched_tokens default for the OpenAI server (EngineArgs._set_default_args: "
-    "8192 on GPUs of 70 GiB or more, else 2048)",
+    "8192 on GPUs of 70 GiB or more, else 2048; A100s keep the smaller defaults: `'a100' not in device_name`, as "
+    "vLLM's tests/engine/test_arg_utils.py test_defaults_with_usage_context checks)",
 )
 _LORA_SRC = (
     f"vLLM {VERSION}: vllm/config/lora.py (LoRAConfig: MaxLoRARanks 1, 8, 16, 32, 64, 128, 256, 320, 512, "

@@ -170,13 +170,24 @@ def efficiency(engine: str, vendor: str, version: str = "", variant: str = "") -
     return derated, f"{engine}/{vendor} efficiencies ({derated.source})"
 
 
-def batch_cap(engine: str, gpu_memory_bytes: float | None, slots: int) -> tuple[float, str]:
+def _large(engine: str, gpu_memory_bytes: float | None, product: str) -> bool:
+    """Whether the engine takes its defaults for large GPUs (70 GiB or more, and not a product it excepts)."""
+    perf = card(engine).performance
+    name = product.lower()
+    return (
+        gpu_memory_bytes is not None
+        and gpu_memory_bytes >= 70 * 2**30
+        and not any(part in name for part in perf.large_gpu_except)
+    )
+
+
+def batch_cap(engine: str, gpu_memory_bytes: float | None, slots: int, product: str = "") -> tuple[float, str]:
     """The most sequences one replica of ``engine`` decodes together by default, and its source."""
     if slots:
         return float(slots), f"{slots} slots (-np)"
     perf = card(engine).performance
     cap = perf.max_sequences
-    if perf.max_sequences_large_gpu and gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * 2**30:
+    if perf.max_sequences_large_gpu and _large(engine, gpu_memory_bytes, product):
         cap = perf.max_sequences_large_gpu
     return (float(cap) if cap else math.inf), perf.max_sequences_source
 
@@ -202,20 +213,29 @@ def place_gpu(
     if card(engine).layer_split and dev.n > 1:
         # layers split over the GPUs (llama.cpp --split-mode layer): a token passes through them one after another,
         # so one device's bandwidth and rate serve the whole model, and no all-reduce is paid
-        dev = Device(1, dev.bandwidth, dev.flops, 0.0, 0.0, dev.how + f", {dev.n} GPUs in sequence (layer split)")
+        dev = Device(
+            1,
+            dev.bandwidth,
+            dev.flops,
+            0.0,
+            0.0,
+            dev.how + f", {dev.n} GPUs in sequence (layer split)",
+            stages=dev.n,
+            micro_batch=card(engine).performance.micro_batch,
+        )
     eff, eff_how = efficiency(engine, gpu.vendor, version, variant)
-    cap, cap_how = batch_cap(engine, gpu.memory_mib * 2**20, slots)
+    cap, cap_how = batch_cap(engine, gpu.memory_mib * 2**20, slots, gpu.product)
     if held < cap:
         cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"
     source = f"roofline ({dev.how}) with {eff_how}"
-    budget = step_budget(engine, gpu.memory_mib * 2**20)
+    budget = step_budget(engine, gpu.memory_mib * 2**20, gpu.product)
     return Placed(engine, shape_of(model, weights, kv_token), dev, eff, cap, cap_how, source, budget)
 
 
-def step_budget(engine: str, gpu_memory_bytes: float) -> float:
+def step_budget(engine: str, gpu_memory_bytes: float, product: str = "") -> float:
     perf = card(engine).performance
     tokens = perf.step_tokens
-    if perf.step_tokens_large_gpu and gpu_memory_bytes >= 70 * 2**30:
+    if perf.step_tokens_large_gpu and _large(engine, gpu_memory_bytes, product):
         tokens = perf.step_tokens_large_gpu
     return float(tokens) if tokens else math.inf
 

@@ -65,6 +65,11 @@ class Device:
     """Bytes/s per device to the others, one direction (0: n = 1)."""
     link_latency_s: float = 10e-6
     how: str = ""
+    stages: int = 1
+    """Devices a token passes through in sequence (layers split over them, ``n`` = 1): a prompt's micro-batches of
+    ``micro_batch`` tokens are pipelined through them, so ``m`` micro-batches take ``(m + stages - 1) / (m x
+    stages)`` of one device's time."""
+    micro_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ def step_s(
         attn += 2 * shape.layers * shape.hidden * prompt * prefill  # prefill tokens each attend ~prompt/2 back
     rate = dev.n * dev.flops * eff.prefill * (eff.moe if shape.active < 0.9 * shape.parameters else 1.0)
     comp = (2 * shape.active * tokens + attn) / rate
+    if dev.stages > 1 and dev.micro_batch and prefill > 0:
+        m = math.ceil(prefill / dev.micro_batch)
+        comp *= (m + dev.stages - 1) / (m * dev.stages)
     device = max(mem, comp) + comm_s(shape, dev, tokens)
     return max(device, shape.layers * eff.layer_us * 1e-6) + eff.step_ms / 1000 + eff.seq_us * 1e-6 * decoding
 
