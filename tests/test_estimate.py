@@ -200,7 +200,10 @@ def test_the_decision_says_where_its_estimate_comes_from() -> None:
         "aiconfigurator 0.12.0 table (vllm|h100_sxm|meta-llama/Meta-Llama-3.1-8B"
     )
     d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="tgi"), cluster(H100), MODELS)
-    assert str(d.estimate["source"]).startswith("roofline (NVIDIA-H100-80GB-HBM3: 3350 GB/s, 989 dense 16-bit")
+    assert str(d.estimate["source"]).startswith("aiconfigurator 0.12.0 table (vllm|h100_sxm")  # TGI 3.x as vLLM
+    l4 = cluster(node("l4", "l4", 1, cpu="16", memory="64Gi"))
+    d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="tgi"), l4, MODELS)
+    assert str(d.estimate["source"]).startswith("roofline (NVIDIA-L4: 300 GB/s, 121 dense 16-bit")
     assert set(d.estimate) == {"ttftMillis", "ttftP95Millis", "tpotMillis", "tokensPerSecond", "concurrency", "source"}
 
 

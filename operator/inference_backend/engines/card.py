@@ -110,8 +110,9 @@ class Performance:
     """The most sequences one replica decodes together by default; 0 when only the KV cache bounds them."""
     max_sequences_source: str
     older: tuple[tuple[str, str, Efficiency], ...] = ()
-    """(vendor, first release without them, efficiencies) of older releases: calibration rows that name such a
-    release are rated with these (the operator runs the pinned release)."""
+    """(vendor, first release without them, efficiencies) of older releases, oldest first: a calibration row that
+    names such a release is rated with the first entry whose cut-off is after it (the operator runs the pinned
+    release)."""
     variants: tuple[tuple[str, str, Efficiency], ...] = ()
     """(vendor, variant, efficiencies) of another way of running the engine that published rows measured and the
     operator does not render (PyTorch compiled by gpt-fast's torch.compile with CUDA graphs, where our runner runs
@@ -122,7 +123,8 @@ class Performance:
     """GPU products (lower-case substrings of the name) that keep the smaller defaults whatever their memory (vLLM:
     A100s)."""
     aiconfigurator: str = ""
-    """aiconfigurator's name for the engine where it ships tables for it (selection/perf_tables.py), else ""."""
+    """aiconfigurator's backend whose tables rate the engine (selection/perf_tables.py: its own, or for TGI 3.x
+    vLLM's), else ""."""
     table_ttft: bool = True
     """Whether the tables' TTFT corrects the roofline's (their TPOT always does); False where the engine's measured
     rows say the table's TTFT is further off than the roofline's (table_ttft_source says by how much)."""

@@ -227,15 +227,18 @@ AUTOSCALING = Autoscaling(
 PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
-            0.15,
+            0.45,
             0.90,
-            0.5,
-            5.0,
+            3.0,
+            150.0,
             40.0,
-            FITTED + " (TGI 2.0.4 on A10G beside vLLM 0.4.3: Hugging Face llmperf rows; TGI 3.x, the pinned "
-            "release, is taken as 2.x: TGI v3's own tables put it at 1.0-1.25x vLLM)",
-            100.0,
-            1.5,
+            "vLLM's NVIDIA factors (engines/vllm.py): TGI 3.x chunks prompts into the decode steps as vLLM's V1 "
+            "engine does, with CUDA graphs and the same attention kernels, and its own benchmark puts it at "
+            "1.0-1.25x vLLM (docs/source/conceptual/chunking.md, wall-time ratios); the calibration set has no "
+            "TGI 3.x row on NVIDIA GPUs",
+            0.0,
+            0.05,
+            0.5,
         ),
         "amd": Efficiency(0.15, 0.40, 0.5, 150.0, 80.0, FITTED + " (TGI ROCm on 8x MI300X: dstack rows)", 0.0, 0.5),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: one MLPerf 4.0 tgi-gaudi row, too few to fit"),
@@ -256,7 +259,27 @@ PERFORMANCE = Performance(
                 1.0,
             ),
         ),
+        (
+            "nvidia",
+            "3.0",
+            Efficiency(
+                0.15,
+                0.90,
+                0.5,
+                5.0,
+                40.0,
+                FITTED + " (TGI 2.0.4 on A10G beside vLLM 0.4.3: Hugging Face llmperf rows): before 3.0 TGI "
+                "prefilled the waiting prompts first, unchunked, in steps of their own",
+                100.0,
+                1.5,
+            ),
+        ),
     ),
+    # TGI 3.x is rated as vLLM is (its NVIDIA factors above): with vLLM's aiconfigurator TPOT tables too, so that
+    # the two tie where the tables cover the GPU, as TGI v3's own comparison (1.0-1.25x vLLM) allows
+    aiconfigurator="vllm",
+    table_ttft=False,
+    table_ttft_source="as vLLM's (engines/vllm.py)",
     max_sequences=0,
     max_sequences_source="TGI batches what max_batch_total_tokens (its KV budget) holds (launcher main.rs)",
     step_tokens=4096,
