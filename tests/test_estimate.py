@@ -201,6 +201,9 @@ def test_the_decision_says_where_its_estimate_comes_from() -> None:
     )
     d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="tgi"), cluster(H100), MODELS)
     assert str(d.estimate["source"]).startswith("aiconfigurator 0.12.0 table (vllm|h100_sxm")  # TGI 3.x as vLLM
+    a100 = cluster(node("a", "a100-40", 1, cpu="16", memory="64Gi"))
+    d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="vllm"), a100, MODELS)
+    assert "(the same chip's a100_sxm table: A100-SXM4-40GB has none)" in str(d.estimate["source"])
     l4 = cluster(node("l4", "l4", 1, cpu="16", memory="64Gi"))
     d = select(spec(model={"modelRef": "llama-3-1-8b"}, backend="tgi"), l4, MODELS)
     assert str(d.estimate["source"]).startswith("roofline (NVIDIA-L4: 300 GB/s, 121 dense 16-bit")

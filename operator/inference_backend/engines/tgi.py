@@ -263,10 +263,10 @@ PERFORMANCE = Performance(
             "nvidia",
             "3.0",
             Efficiency(
-                0.15,
+                0.30,
                 0.90,
                 0.5,
-                5.0,
+                150.0,
                 40.0,
                 FITTED + " (TGI 2.0.4 on A10G beside vLLM 0.4.3: Hugging Face llmperf rows): before 3.0 TGI "
                 "prefilled the waiting prompts first, unchunked, in steps of their own",

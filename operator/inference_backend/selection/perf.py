@@ -48,6 +48,18 @@ AIC_SYSTEMS = {
     "L40S-48GB": "l40s",
     "RTX-PRO-6000-96GB": "rtx_pro_6000_server",
 }
+SAME_ARCHITECTURE = {
+    "A100-SXM4-40GB": "a100_sxm",
+    "A100-PCIe-40GB": "a100_sxm",
+    "A100-PCIe-80GB": "a100_sxm",
+    "H100-PCIe-80GB": "h100_sxm",
+    "H100-NVL-94GB": "h100_sxm",
+    "GH200-96GB": "h100_sxm",
+    "H200-NVL-141GB": "h200_sxm",
+}
+"""Parts with no table of their own, rated by the table of the same chip's SXM system: the table's TTFT and TPOT
+over the roofline at the SXM part's rates (the engine's kernels against the physics on that chip), applied to the
+roofline at this part's own bandwidth, dense rate and link."""
 # the table models' shapes (their config.json): parameters, layers, query width, KV heads, head dim
 AIC_MODELS = {
     "meta-llama/Meta-Llama-3.1-8B": (8.03e9, 32, 4096, 8, 128),
@@ -72,6 +84,9 @@ class Placed:
     source: str
     budget: float = math.inf
     """Tokens one step carries (the engine's default prefill budget)."""
+    tables: bool = True
+    """Whether aiconfigurator's tables may correct the roofline: always for the engine's own tables; borrowed ones
+    (TGI 3.x rated by vLLM's) only for the pinned release, not for the older releases calibration rows name."""
 
 
 def shape_of(model: ResolvedModel, weights: float, kv_token: float) -> Shape:
@@ -229,7 +244,9 @@ def place_gpu(
         cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"
     source = f"roofline ({dev.how}) with {eff_how}"
     budget = step_budget(engine, gpu.memory_mib * 2**20, gpu.product)
-    return Placed(engine, shape_of(model, weights, kv_token), dev, eff, cap, cap_how, source, budget)
+    perf = card(engine).performance
+    tables = eff is perf.efficiency.get(gpu.vendor) or perf.aiconfigurator == engine
+    return Placed(engine, shape_of(model, weights, kv_token), dev, eff, cap, cap_how, source, budget, tables)
 
 
 def step_budget(engine: str, gpu_memory_bytes: float, product: str = "") -> float:
@@ -250,16 +267,16 @@ def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction
     alone = predict(p.shape, p.device, p.efficiency, Workload(load.prompt, 1, concurrency=1), p.cap, "").ttft_ms
     r_ttft = r_tpot = 1.0
     src = p.source
-    table = _table(p.engine, sku, fmt, p.shape, p.device.n)
+    table = _table(p.engine, sku, fmt, p.shape, p.device.n) if p.tables else None
     if table is not None:
-        key, name = table
+        key, name, other = table
         r_ttft, r_tpot = _ratio(key, p.efficiency, load.prompt, base.running, p.budget)
         if not card(p.engine).performance.table_ttft:
             r_ttft = 1.0
         src = (
             f"aiconfigurator {perf_tables.AICONFIGURATOR_VERSION} table ({key}, database "
             f"{perf_tables.TABLES[key]['version']}) over the roofline: TTFT x{r_ttft:.2f}, TPOT x{r_tpot:.2f} at "
-            f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})")
+            f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})") + other
         )
     wait = 0.0
     if load.concurrency is not None:
@@ -280,11 +297,13 @@ def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction
     )
 
 
-def _table(engine: str, sku: str, fmt: str, shape: Shape, tp: int) -> tuple[str, str] | None:
-    system = AIC_SYSTEMS.get(sku)
+def _table(engine: str, sku: str, fmt: str, shape: Shape, tp: int) -> tuple[str, str, str] | None:
+    """(table key, "exact" or the nearest table model, "" or which other part's table) for this placement."""
+    system = AIC_SYSTEMS.get(sku) or SAME_ARCHITECTURE.get(sku)
     backend = card(engine).performance.aiconfigurator
     if system is None or not backend:
         return None
+    other = "" if sku in AIC_SYSTEMS else f" (the same chip's {system} table: {sku} has none)"
     dtype = "fp8" if fmt in _FP8 else ("bfloat16" if fmt in _FLOAT_FORMATS else "")
     if not dtype:
         return None
@@ -298,7 +317,7 @@ def _table(engine: str, sku: str, fmt: str, shape: Shape, tp: int) -> tuple[str,
         dist = abs(math.log(shape.active / params)) + 0.5 * abs(math.log(tp / int(t))) - (10 if exact else 0)
         if best is None or dist < best[0]:
             best = (dist, key, "exact" if exact and int(t) == tp else f"{m} TP{t}")
-    return (best[1], best[2]) if best else None
+    return (best[1], best[2], other) if best else None
 
 
 def _ratio(key: str, eff: Efficiency, prompt: int, running: float, budget: float) -> tuple[float, float]:
