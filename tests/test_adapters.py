@@ -123,6 +123,7 @@ def test_vllm_args_env_and_fetch_init_containers() -> None:
     # the model's Secret for an adapter in the same store (hf://), none for another store
     assert [e["name"] for e in hf["env"]] == ["HF_TOKEN"] and "env" not in s3
     assert any("a change of the list rolls the pods out" in r for r in d.reasons)
+    assert d.adapters.lora_ids is None and "loraIds" not in d.to_json()["adapters"]  # the model field names them
 
 
 def test_no_adapters_renders_nothing_new() -> None:
@@ -166,8 +167,16 @@ def test_llamacpp_takes_gguf_files_and_pytorch_peft_directories() -> None:
     d = _select(gguf, CPU)
     assert d.backend == "llamacpp"
     c = ENGINES["llamacpp"](d, spec(**gguf), "ib")
-    assert c.args[c.args.index("--lora") + 1] == "/adapters/pirate/pirate.gguf"
-    assert "--lora-init-without-apply" in c.args
+    # loaded at scale 0 (a request without a lora field gets the base model); not --lora-init-without-apply, which
+    # leaves the server's default scale at 1 in b11312 (tests/runners/test_llamacpp_lora.py)
+    assert c.args[c.args.index("--lora-scaled") + 1] == "/adapters/pirate/pirate.gguf:0"
+    assert "--lora" not in c.args and "--lora-init-without-apply" not in c.args
+    colon = {**gguf, "adapters": [{"name": "pi:rate", "uri": "https://example.com/a/pirate.gguf"}]}
+    with pytest.raises(InvalidSpec, match=r"spec.adapters\[0\].*cannot take a path holding ',' or ':'"):
+        ENGINES["llamacpp"](_select(colon, CPU), spec(**colon), "ib")
+    # llama-server chooses adapters by index (the request's lora field): the decision says which index is which
+    assert d.adapters.lora_ids == (("pirate", 0),) and d.to_json()["adapters"]["loraIds"] == {"pirate": 0}
+    assert any('pirate: "lora": [{"id": 0, "scale": 1.0}]' in r for r in d.reasons), d.reasons
     bad = {**gguf, "adapters": [{"name": "pirate", "uri": "https://example.com/a/pirate/"}]}
     with pytest.raises(InvalidSpec, match=r"spec.adapters\[0\].uri.*GGUF adapter files"):
         ENGINES["llamacpp"](_select(bad, CPU), spec(**bad), "ib")

@@ -96,6 +96,9 @@ class Adapters:
     items: tuple[ResolvedAdapter, ...]
     max_rank: int
     """The rank limit rendered (the engine's flag value, or the limit the fetch step checks each file against)."""
+    lora_ids: tuple[tuple[str, int], ...] | None = None
+    """(name, index) of each adapter where a request names one by its index (llama-server's ``"lora": [{"id": I,
+    "scale": 1.0}]``) rather than by name in the OpenAI ``model`` field; None where the model field names it."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -334,6 +337,8 @@ class Decision:
             out["multiNode"] = self.multi_node.to_json()
         if self.adapters.items:
             out["adapters"] = {"names": list(self.adapters.names), "maxRank": self.adapters.max_rank}
+            if self.adapters.lora_ids is not None:
+                out["adapters"]["loraIds"] = dict(self.adapters.lora_ids)
         return out
 
     def to_status(self) -> api.Decision:

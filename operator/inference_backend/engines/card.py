@@ -229,6 +229,9 @@ class Lora:
     the engine exports none, and then the picker does not score adapters."""
     info_metric_source: str = ""
     """Where the engine defines ``info_metric``: file and pinned version."""
+    by_index: bool = False
+    """A request names an adapter by its index in spec.adapters (llama-server's ``lora`` field), not by its name in
+    the OpenAI ``model`` field: the decision then publishes each name's index (``Adapters.lora_ids``)."""
 
 
 NO_LORA_SOURCE = "this engine's module"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from inference_backend.api.common import GGUF_QUANTIZATIONS
 from inference_backend.api.inferencebackend import InferenceBackendSpec
-from inference_backend.decision import Decision
+from inference_backend.decision import Decision, InvalidSpec
 from inference_backend.engines import artifacts, lora
 from inference_backend.engines.base import (
     HOST,
@@ -234,15 +234,25 @@ def _device_args(a: ArgBuilder, decision: Decision, on_gpu: bool) -> None:
 
 
 def _adapters(decision: Decision, a: ArgBuilder) -> lora.Served:
-    """spec.adapters as GGUF LoRA adapters: arg.cpp --lora FNAME (repeatable; loaded in this order, so the first is
-    id 0) and --lora-init-without-apply (loaded with scale 0: a request without a ``lora`` field gets the base
-    model)."""
+    """spec.adapters as GGUF LoRA adapters, each loaded at scale 0: arg.cpp --lora-scaled FNAME:SCALE (repeatable;
+    loaded in this order, so the first is id 0). A request's ``lora`` field applies one; a request without it gets
+    the base model. Not --lora with --lora-init-without-apply: in b11312 that flag only keeps the adapters off the
+    context at start (common/common.cpp common_init_from_params), while the server's default for a request without
+    a ``lora`` field stays each adapter's parsed scale, 1.0 for --lora (tools/server/server-context.cpp
+    launch_slot_with_task: slot.lora = params_base.lora_adapters), so every plain request ran every adapter at once
+    (booted in tests/runners/test_llamacpp_lora.py). --lora-scaled splits its value at ',' and ':', which a path
+    therefore must not hold."""
     if not decision.adapters.items:
         return lora.Served((), ())
     served = lora.served(decision, LORA, "gguf")
-    for _, path in served.paths:
-        a.add("--lora", path, source="spec.adapters")
-    a.add("--lora-init-without-apply", source="spec.adapters")
+    for i, (_, path) in enumerate(served.paths):
+        if set(path) & {",", ":"}:
+            raise InvalidSpec(
+                f"spec.adapters[{i}]",
+                f"llama.cpp loads the adapter from {path}, and llama-server's --lora-scaled FNAME:SCALE cannot take a "
+                "path holding ',' or ':' (rename the adapter or its file)",
+            )
+        a.add("--lora-scaled", f"{path}:0", source="spec.adapters")
     return served
 
 
@@ -326,7 +336,7 @@ PERFORMANCE = Performance(
 LORA = Lora(
     serves=True,
     how='a request\'s lora field selects an adapter by its place in spec.adapters ([{"id": N, "scale": 1}]); '
-    "the OpenAI model field is not used to choose one",
+    "the OpenAI model field is not used to choose one (the base model answers)",
     formats=frozenset({"gguf"}),
     max_rank=1024,
     rank_choices=(),
@@ -337,9 +347,10 @@ LORA = Lora(
     prefix_cache=True,
     speculative=frozenset({"draft"}),
     dora=False,
-    source=f"llama.cpp {VERSION}: common/arg.cpp --lora, --lora-init-without-apply; tools/server/server-common.cpp "
-    "parse_lora_request (the request's lora field); src/llama-adapter.cpp (GGUF adapters of the model's "
-    "architecture, from convert_lora_to_gguf.py)",
+    source=f"llama.cpp {VERSION}: common/arg.cpp --lora-scaled; tools/server/server-common.cpp "
+    "parse_lora_request (the request's lora field), server-context.cpp construct_lora_list (an id not loaded is "
+    "ignored); src/llama-adapter.cpp (GGUF adapters of the model's architecture, from convert_lora_to_gguf.py)",
+    by_index=True,
 )
 
 

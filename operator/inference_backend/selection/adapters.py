@@ -57,9 +57,11 @@ def adapter_plan(spec: InferenceBackendSpec, caps: EngineCard) -> tuple[Adapters
     lo = caps.lora
     items = tuple(ResolvedAdapter(a.name, a.uri, a.rank, tuple(a.target_modules)) for a in spec.adapters)
     limit, how = rank_limit(spec, caps)
+    ids = tuple((a.name, i) for i, a in enumerate(items)) if lo.by_index else None
+    by_id = "".join(f'; {name}: "lora": [{{"id": {i}, "scale": 1.0}}]' for name, i in ids or ())
     reasons = [
-        f"adapters: {len(items)} LoRA adapter(s) ({', '.join(a.name for a in items)}) served by {caps.name}: {lo.how}; "
-        f"rank limit {limit} ({how}; the fetch step checks each adapter's files against it); a change of the list "
-        "rolls the pods out"
+        f"adapters: {len(items)} LoRA adapter(s) ({', '.join(a.name for a in items)}) served by {caps.name}: "
+        f"{lo.how}{by_id}; rank limit {limit} ({how}; the fetch step checks each adapter's files against it); a "
+        "change of the list rolls the pods out"
     ]
-    return Adapters(items, limit), reasons
+    return Adapters(items, limit, ids), reasons
