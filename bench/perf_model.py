@@ -298,7 +298,7 @@ def report(plot: bool = True) -> int:
     for side in ("AMD_Instinct_MI300X_OAM", "tgi"):
         a2, t2, _ = rankings(cases, involving=(side,))
         print(f"  pairs involving {side}: {a2}/{t2} agree")
-    for b in bad[:20]:
+    for b in bad:
         print("  disagrees: " + b)
     if plot:
         _plot(cases)
@@ -356,6 +356,7 @@ FIT_GRID = {
     "burst": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0),
     "request_ms": (2.0, 8.0, 20.0, 40.0, 80.0),
     "moe": (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0),
+    "bandwidth_gbs": (0.0, 700.0, 800.0, 900.0, 1000.0, 1100.0, 1200.0, 1400.0, 1700.0),
 }
 
 
@@ -366,14 +367,17 @@ estimate for our runner."""
 
 
 def _slot(c: Case) -> tuple[str, str, str]:
-    """(engine, vendor, "" or the older release's cut-off or "variant:" and its name): which efficiency entry of
-    the card rates the row."""
-    from inference_backend.selection.perf import _older
+    """(engine, vendor, "" or the older release's cut-off, "variant:" and its name or "format:" and the compute
+    format): which efficiency entry of the card rates the row."""
+    from inference_backend.selection.perf import _older, compute_format
 
     assert c.placement.gpu is not None
     vendor = c.placement.gpu.vendor
     if c.replica.variant:
         return (c.engine, vendor, "variant:" + c.replica.variant)
+    fmt = compute_format(c.model, c.replica.serving_dtype)
+    if any((v, f) == (vendor, fmt) for v, f, _ in card(c.engine).performance.formats):
+        return (c.engine, vendor, "format:" + fmt)
     for v, before, _ in card(c.engine).performance.older:
         if v == vendor and c.replica.version and _older(c.replica.version, before):
             return (c.engine, vendor, before)
@@ -384,6 +388,8 @@ def _get(slot: tuple[str, str, str]) -> Any:
     perf = card(slot[0]).performance
     if slot[2].startswith("variant:"):
         return next((e for v, n, e in perf.variants if (v, "variant:" + n) == slot[1:]), None)
+    if slot[2].startswith("format:"):
+        return next((e for v, n, e in perf.formats if (v, "format:" + n) == slot[1:]), None)
     if slot[2]:
         return next(e for v, b, e in perf.older if (v, b) == slot[1:])
     return perf.efficiency.get(slot[1])
@@ -395,6 +401,9 @@ def _set(slot: tuple[str, str, str], eff: Any) -> None:
     if slot[2].startswith("variant:"):
         variants = tuple((v, n, eff if (v, "variant:" + n) == slot[1:] else e) for v, n, e in perf.variants)
         object.__setattr__(perf, "variants", variants)
+    elif slot[2].startswith("format:"):
+        formats = tuple((v, n, eff if (v, "format:" + n) == slot[1:] else e) for v, n, e in perf.formats)
+        object.__setattr__(perf, "formats", formats)
     elif slot[2]:
         older = tuple((v, b, eff if (v, b) == slot[1:] else e) for v, b, e in perf.older)
         object.__setattr__(perf, "older", older)
@@ -449,7 +458,7 @@ def fit(engine: str = "") -> int:
         print(
             f"{key}: n={len(group)} clipped mean |log2| {first:.2f} -> {best_score:.2f}: prefill {best.prefill}, "
             f"decode {best.decode}, step_ms {best.step_ms}, seq_us {best.seq_us}, layer_us {best.layer_us}, "
-            f"burst {best.burst}, request_ms {best.request_ms}, moe {best.moe}"
+            f"burst {best.burst}, request_ms {best.request_ms}, moe {best.moe}, bandwidth_gbs {best.bandwidth_gbs}"
         )
         print(
             f"    Efficiency({best.prefill}, {best.decode}, {best.step_ms}, {best.seq_us}, {best.request_ms}, ..., "

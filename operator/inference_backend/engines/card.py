@@ -94,6 +94,10 @@ class Efficiency:
     moe: float = 1.0
     """Share of its dense prefill rate a mixture of experts' token computations reach: the expert GEMMs each run
     over the few tokens routed to them, behind the router's permutes (1: as dense)."""
+    bandwidth_gbs: float = 0.0
+    """The most memory bandwidth per device (GB/s) its decode kernels draw, whatever the part offers (0: no such
+    ceiling): kernels that keep too few bytes in flight to fill HBM (llama.cpp's matrix-vector kernels, one block
+    per row) stop near this on A100s and H100s while reaching their share of a GDDR part's."""
 
 
 FITTED = "fitted by bench/perf_model.py (make bench-model) to the calibration set's non-held-out rows"
@@ -117,6 +121,10 @@ class Performance:
     """(vendor, variant, efficiencies) of another way of running the engine that published rows measured and the
     operator does not render (PyTorch compiled by gpt-fast's torch.compile with CUDA graphs, where our runner runs
     transformers' eager forward): rows of that variant are rated, fitted and reported with these, apart."""
+    formats: tuple[tuple[str, str, Efficiency], ...] = ()
+    """(vendor, compute format, efficiencies) where the engine runs another code path on that vendor's devices for
+    that format (ROCm vLLM's FP8 GEMMs and attention, tuned by AMD, against its untuned 16-bit path): placements
+    computing in that format are rated with these, before any older release's."""
     max_sequences_large_gpu: int = 0
     """On GPUs of 70 GiB or more, when the default differs there (vLLM)."""
     large_gpu_except: tuple[str, ...] = ()

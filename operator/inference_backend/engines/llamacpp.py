@@ -314,14 +314,16 @@ PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(
             0.30,
-            0.80,
+            0.90,
             1.0,
             400.0,
             8.0,
             FITTED + " (llama-bench on A100, H100, L40S, A40, RTX A6000/6000 Ada: LLM-Inference-Bench and "
-            "llmgpubench rows)",
+            "llmgpubench rows; the bandwidth ceiling: its 8B f16 and 70B Q4_K_M decode drew 0.85-1.07 TB/s on "
+            "A100s and H100s of 2.0-3.35 TB/s, 78% of an L40S's 864 GB/s)",
             200.0,
             0.1,
+            bandwidth_gbs=1000.0,
         ),
         "amd": Efficiency(
             0.10, 0.30, 8.0, 400.0, 2.0, FITTED + " (llama-bench HIP on MI300X: LLM-Inference-Bench rows)", 350.0

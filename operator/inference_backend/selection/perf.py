@@ -156,13 +156,16 @@ def _older(version: str, than: str) -> bool:
     return bool(have) and have < nums(than)
 
 
-def efficiency(engine: str, vendor: str, version: str = "", variant: str = "") -> tuple[Efficiency, str]:
+def efficiency(engine: str, vendor: str, version: str = "", variant: str = "", fmt: str = "") -> tuple[Efficiency, str]:
     """The engine's efficiencies on ``vendor`` (its card); ``version``: an older release, ``variant``: another way
-    of running it (calibration rows)."""
+    of running it (calibration rows); ``fmt``: the compute format (Performance.formats)."""
     perf = card(engine).performance
     for v, name, eff in perf.variants:
         if v == vendor and variant == name:
             return eff, f"{engine} ({variant})/{vendor} efficiencies ({eff.source})"
+    for v, name, eff in perf.formats:
+        if v == vendor and fmt == name:
+            return eff, f"{engine}/{vendor} {fmt} efficiencies ({eff.source})"
     for v, before, eff in perf.older:
         if v == vendor and version and _older(version, before):
             return eff, f"{engine} {version}/{vendor} efficiencies ({eff.source})"
@@ -238,7 +241,7 @@ def place_gpu(
             stages=dev.n,
             micro_batch=card(engine).performance.micro_batch,
         )
-    eff, eff_how = efficiency(engine, gpu.vendor, version, variant)
+    eff, eff_how = efficiency(engine, gpu.vendor, version, variant, fmt)
     cap, cap_how = batch_cap(engine, gpu.memory_mib * 2**20, slots, gpu.product)
     if held < cap:
         cap, cap_how = float(max(held, 1)), f"{held} sequences the KV cache holds"

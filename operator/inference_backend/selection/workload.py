@@ -124,9 +124,10 @@ def step_s(
 ) -> float:
     """One engine step: ``decoding`` sequences at mean ``context`` plus ``prefill`` prompt tokens of ``prompt``."""
     tokens = decoding + prefill
-    mem = (weights_read(shape, tokens) + decoding * context * shape.kv_bytes_token) / (
-        dev.n * dev.bandwidth * eff.decode
-    )
+    drawn = dev.bandwidth * eff.decode
+    if eff.bandwidth_gbs:
+        drawn = min(drawn, eff.bandwidth_gbs * 1e9)
+    mem = (weights_read(shape, tokens) + decoding * context * shape.kv_bytes_token) / (dev.n * drawn)
     attn = 4 * shape.layers * shape.hidden * context * decoding
     if prefill > 0:
         attn += 2 * shape.layers * shape.hidden * prompt * prefill  # prefill tokens each attend ~prompt/2 back
