@@ -16,7 +16,7 @@ Prints a table and writes JSON (plot it with bench/plot_operator_scale.py). Asse
     make bench-operator                       # the full grid, fresh cluster, JSON + PNG in bench/results/
     make bench-operator BACKENDS=40 NODES=100 # one quick point
     # or, on a running cluster (e2e/up): .venv/bin/python -m bench.operator_scale --backends 100 --nodes 100
-    # another version's operator on the same cluster: IB_BENCH_OPERATOR_SRC=/path/to/checkout/operator ...
+    # another version's operator and chart (on a fresh cluster): IB_BENCH_OPERATOR_SRC=/path/to/checkout/operator ...
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ from lightkube.resources.core_v1 import Namespace, Node
 from lightkube.types import PatchType
 
 ROOT = Path(__file__).resolve().parents[1]
+# IB_BENCH_OPERATOR_SRC: another checkout's operator/ source root: its operator runs, and its chart's CRD and RBAC are
+# installed (on a fresh cluster: helm installs a chart's CRDs but never upgrades them), so that two versions of the
+# operator are measured in one sitting (before and after a change); this script's own imports stay here.
+OPERATOR_SRC = os.environ.get("IB_BENCH_OPERATOR_SRC", "")
+CHART = (Path(OPERATOR_SRC).resolve().parent if OPERATOR_SRC else ROOT) / "charts" / "inference-backend"
 E2E_DIR = Path(os.environ.get("E2E_DIR", "/tmp/ib-e2e"))
 SA_USER = "system:serviceaccount:ib-system:ib-inference-backend"
 IB = create_namespaced_resource("serving.inferencebackend.io", "v1alpha1", "InferenceBackend", "inferencebackends")
@@ -108,10 +113,8 @@ class Operator:
     def __init__(self, kubeconfig: str, metrics_port: int) -> None:
         self.port = metrics_port
         env = {**os.environ, "KUBECONFIG": kubeconfig}
-        # IB_BENCH_OPERATOR_SRC: another checkout's operator/ source root, so that two versions of the operator are
-        # measured on one cluster in one sitting (before and after a change; this script's own imports stay here).
-        if os.environ.get("IB_BENCH_OPERATOR_SRC"):
-            env["PYTHONPATH"] = os.environ["IB_BENCH_OPERATOR_SRC"]
+        if OPERATOR_SRC:
+            env["PYTHONPATH"] = OPERATOR_SRC
         logf = (E2E_DIR / "logs" / "bench-operator.log").open("ab")
         level = os.environ.get("IB_BENCH_LOG_LEVEL", "warning")
         cmd = [
@@ -502,7 +505,7 @@ def main() -> None:
         "upgrade",
         "--install",
         "ib",
-        str(ROOT / "charts/inference-backend"),
+        str(CHART),
         "-n",
         "ib-system",
         "--create-namespace",
