@@ -360,7 +360,10 @@ FIT_GRID = {
 }
 
 
-FIT_ONLY: dict[tuple[str, str, str], tuple[str, ...]] = {("onnxruntime", "nvidia", ""): ("prefill",)}
+FIT_ONLY: dict[tuple[str, str, str], tuple[str, ...]] = {
+    ("onnxruntime", "nvidia", ""): ("prefill",),
+    ("sglang", "nvidia", "0.4.4"): ("moe", "burst"),
+}
 """Entries whose rows inform only some factors, and which the fit varies alone: ONNX Runtime's GPU rows are prompt
 latencies (the Mistral ONNX model card), so only its prefill rate is fitted; the rest of the entry stays an
 estimate for our runner."""

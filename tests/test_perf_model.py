@@ -8,7 +8,7 @@ import statistics
 from bench import perf_model
 
 # The bounds this code meets with a small margin (docs/engine-profiles.md, "Calibration set and measured error":
-# median 0.19 / 0.24, 90.6% / 92.0% within 2x when written). The targets, a median |log2| of 0.32 and 90%
+# median 0.19 / 0.24, 90.9% / 92.5% within 2x when written). The targets, a median |log2| of 0.32 and 90%
 # of the figures within 2x, hold on both sets.
 MEDIAN = {"fitted": 0.22, "held-out": 0.27}
 WITHIN_2X = {"fitted": 0.90, "held-out": 0.92}
@@ -38,7 +38,7 @@ def test_the_model_error_is_bounded_on_fitted_and_held_out_rows() -> None:
 
 def test_engines_and_gpus_rank_as_measured_in_most_pairs() -> None:
     agree, total, bad = perf_model.rankings([c for cs in _cases().values() for c in cs])
-    assert total >= 20 and agree / total >= 0.92, bad  # 222 of 236 when written
+    assert total >= 20 and agree / total >= 0.93, bad  # 224 of 236 when written
 
 
 def test_70b_on_h100_at_a_published_saturated_load_plans_the_gpus_the_throughput_implies() -> None:

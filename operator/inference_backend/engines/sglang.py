@@ -254,9 +254,38 @@ PERFORMANCE = Performance(
     efficiency={
         "nvidia": Efficiency(0.55, 0.40, 1.0, 15.0, 2.0, _AIC_FIT, 200.0, 0.5, 0.2),
         "amd": Efficiency(
-            0.30, 0.30, 1.0, 400.0, 10.0, "assumed as ROCm vLLM's (no published SGLang row on AMD)", 0.0, 0.5
+            0.30,
+            0.30,
+            1.0,
+            400.0,
+            10.0,
+            "assumed as ROCm vLLM's: dstack's DeepSeek-R1 rows of SGLang 0.4.2.post4 on MI300X, two not held "
+            "out, are too few to fit (three or more)",
+            0.0,
+            0.5,
         ),
     },
+    older=(
+        (
+            "nvidia",
+            "0.4.4",
+            Efficiency(
+                0.55,
+                0.40,
+                1.0,
+                15.0,
+                2.0,
+                FITTED + " (only moe and burst, bench/perf_model.py FIT_ONLY: dstack's DeepSeek-R1 study on SGLang "
+                "0.4.3.post2, 8x H200, --enable-dp-attention): the first DeepSeek-R1 support's MLA and block-FP8 MoE "
+                "kernels, with 3,200-token prompts of equal length prefilled first in waves, made TTFT 10x the "
+                "pinned factors'; the cut-off lies between these rows and GPUStack's SGLang 0.5.3 MoE rows, which "
+                "the pinned factors rate; SGLang 0.3.0's dense rows keep the pinned factors",
+                200.0,
+                1.5,
+                0.05,
+            ),
+        ),
+    ),
     max_sequences=0,
     max_sequences_source="SGLang's max_running_requests defaults to what its KV pool holds (server_args.py)",
     aiconfigurator="sglang",
