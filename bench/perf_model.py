@@ -65,6 +65,10 @@ VARIANTS = {"pytorch": (re.compile(r"torch\.compile"), "torch.compile")}
 """engine -> (what a row's notes say, the card's variant): rows that measured another way of running the engine
 than ours (gpt-fast's compiled PyTorch, not our eager runner) are rated with that variant's efficiencies
 (Performance.variants) and reported as their own engine."""
+IMPLIED_RELEASE = re.compile(r"implied release ([0-9][0-9A-Za-z.+-]*[0-9A-Za-z])")
+"""How a row whose source names no release (an image tag such as ``latest``) says which release its date implies,
+with the evidence, in ``notes``: the model rates it as that release; ``engine_version`` stays as the source gives it
+(empty)."""
 DEFAULT_LENGTHS = (128, 200)
 """(prompt, output) tokens assumed where a row states only the other one (its notes say what the source gives)."""
 
@@ -184,10 +188,16 @@ def case(row: dict[str, str]) -> Case | None:
         model.dtype,
         max(held, 1),
         slots,
-        row.get("engine_version", ""),
+        _version(row),
         _variant(engine, row.get("notes") or ""),
     )
     return Case(row, engine, placement, model, replica, load)
+
+
+def _version(row: dict[str, str]) -> str:
+    """The release the row measured: as its source states it, else the one its notes say its date implies."""
+    implied = IMPLIED_RELEASE.search(row.get("notes") or "")
+    return row.get("engine_version") or (implied.group(1) if implied else "")
 
 
 def _variant(engine: str, notes: str) -> str:
