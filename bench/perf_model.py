@@ -285,6 +285,32 @@ def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> tuple[int, i
     return agree, total, bad
 
 
+PLAN_ROW = "sglang060-vllm-h100x4-llama31-70b-sharegpt-offline"
+"""Llama-3.1-70B bf16 on 4x H100, vLLM 0.6.0 saturated (SGLang's v0.6.0 benchmark, 5,000 ShareGPT prompts at once)."""
+
+
+def plan_check() -> tuple[int, int, str]:
+    """(GPUs the plan takes, GPUs the published throughput implies, the plan's reason for its replicas) for
+    a service asking ten times PLAN_ROW's throughput from Llama-3.1-70B bf16 on H100s (ShareGPT's prompts average
+    about 220 tokens; the row states only the output length)."""
+    from ib_testkit.factories import MODELS, cluster, node, spec
+    from inference_backend.selection import select
+
+    row = next(r for r in load_rows() if r["id"] == PLAN_ROW)
+    published = float(row["output_tokens_per_s"])
+    objectives = {
+        "tokensPerSecond": int(10 * published),
+        "promptTokens": 220,
+        "outputTokens": round(float(row["output_tokens"])),
+    }
+    s = spec(model={"modelRef": "llama-3-1-70b"}, backend="vllm", replicas=1, objectives=objectives)
+    d = select(s, cluster(node("h100-a", "h100", 8, cpu="192", memory="1900Gi")), MODELS)
+    assert d.placement is not None and d.plan is not None
+    gpus = d.placement.gpus_per_replica * d.plan.replicas
+    why = next((r for r in d.reasons if r.startswith("the objectives need")), "")
+    return gpus, 10 * int(row["tp"]), why
+
+
 def report(plot: bool = True) -> int:
     rows = load_rows()
     cases = [c for r in rows if (c := case(r)) is not None]
@@ -310,6 +336,11 @@ def report(plot: bool = True) -> int:
         print(f"  pairs involving {side}: {a2}/{t2} agree")
     for b in bad:
         print("  disagrees: " + b)
+    gpus, implied, _ = plan_check()
+    print(
+        f"Llama-3.1-70B bf16 on H100s at 10x {PLAN_ROW}'s throughput: the plan takes {gpus} GPUs, the published "
+        f"throughput implies {implied} ({max(gpus, implied) / min(gpus, implied):.2f}x; limit 1.5x)"
+    )
     if plot:
         _plot(cases)
     return 0

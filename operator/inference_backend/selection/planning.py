@@ -153,8 +153,14 @@ def _evaluate(
 def _for_throughput(
     target: float, prompt: int, output: int, held: float, evaluate: Callable[[Workload], Estimate]
 ) -> tuple[Workload, str]:
-    """The lowest concurrency (at most ``held``) at which one replica makes ``target`` output tokens/s."""
+    """The lowest concurrency (at most ``held``) at which one replica makes ``target`` output tokens/s.
+
+    Throughput need not grow up to ``held``: past some concurrency the waits for a place in the batch and the longer
+    steps over more KV cost more than the extra sequences give, so the replica's most is the peak of a sweep (36
+    concurrencies spaced evenly in log from 1 to ``held``), and the search stays below it."""
     lo, hi = 1.0, max(held, 1.0)
+    sweep = [hi ** (i / 35) for i in range(36)]
+    hi = max(sweep, key=lambda c: evaluate(Workload(prompt, output, concurrency=c)).tokens_per_second)
     if evaluate(Workload(prompt, output, concurrency=hi)).tokens_per_second < target:
         return Workload(prompt, output, concurrency=hi), f"concurrency {hi:.3g} per replica (its most)"
     for _ in range(30):
