@@ -60,6 +60,8 @@ def _policy_docs() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def namespace(wait_until: Any) -> Iterator[str]:
+    crds = [yaml.safe_load(text)["metadata"]["name"] for text in render_all().values()]
+    absent = [c for c in crds if not kubectl("get", "crd", c, "--ignore-not-found", "-o", "name").strip()]
     for text in render_all().values():
         kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=text)
     kubectl("wait", "--for=condition=Established", f"crd/inferencebackends.{GROUP}", "--timeout=60s")
@@ -79,6 +81,10 @@ def namespace(wait_until: Any) -> Iterator[str]:
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
         kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, check=False)
+        # The CRDs this module installed go too: kubectl's field manager would own their fields, and the chart's
+        # install in later modules (helm's server-side apply of crds/) would then conflict on .spec.versions.
+        for crd in absent:
+            kubectl("delete", "crd", crd, "--ignore-not-found", "--wait=true", check=False)
 
 
 def _apply(ns: str, extra: dict[str, Any], name: str = "b") -> tuple[int, str]:
