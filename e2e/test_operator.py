@@ -150,7 +150,11 @@ def test_unsatisfiable_update_keeps_serving(operator: Operator, ns: str, wait_un
     apply(doc)
     obj = wait_phase(wait_until, ns, "mistral-tgi", "Degraded")
     conds = {c["type"]: c for c in obj["status"]["conditions"]}
-    assert conds["BackendSelected"]["status"] == "False" and "does not fit" in conds["Fits"]["message"]
+    # 400B in bf16 outgrows one 8x H100 node (memory, and its 450 GiB of disk for the weights) and TGI does not run a
+    # replica across nodes: the Fits message gives TGI's reasons.
+    fits = conds["Fits"]["message"]
+    assert conds["BackendSelected"]["status"] == "False" and conds["Fits"]["status"] == "False"
+    assert "tgi: " in fits and ("does not fit" in fits or "does not run one replica across nodes" in fits), fits
     assert conds["Ready"]["status"] == "True" and obj["status"]["backend"] == "tgi"
     dep = get_json("deployment", "mistral-tgi", "-n", ns)
     assert dep["metadata"]["generation"] == dep_before["metadata"]["generation"], "the serving Deployment is untouched"
@@ -324,15 +328,17 @@ def test_gpu_nodes_removed_reselects_or_degrades(operator: Operator, ns: str, wa
         st = wait_until("re-selection away from the cordoned GPUs", moved, timeout=60)
         new_gpu = st["decision"]["placement"]["gpuProduct"]
         assert st["phase"] in ("Deploying", "Ready") and new_gpu != gpu
-        wait_until(
-            "the Deployment follows the new placement",
-            lambda: (
-                get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["spec"]
-                .get("nodeSelector", {})
-                .get("nvidia.com/gpu.product")
-                == new_gpu
-            ),
-        )
+        # The new placement's node selector (GFD's product label, or the instance type where a node of that product
+        # has no GFD labels) is the Deployment's, and the status names that selector alone (no key of the old one).
+        selector = st["decision"]["placement"]["nodeSelector"]
+        assert selector.get("nvidia.com/gpu.product") in (None, new_gpu), selector
+
+        def follows() -> bool:
+            placed = ib(ns, "research-gpt")["status"]["decision"]["placement"]["nodeSelector"]
+            template = get_json("deployment", "research-gpt", "-n", ns)["spec"]["template"]["spec"]
+            return bool(placed) and template.get("nodeSelector") == placed
+
+        wait_until("the Deployment follows the new placement", follows)
         events = kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name=research-gpt")
         assert f"pytorch on 1x {new_gpu}" in events
     finally:
@@ -403,16 +409,22 @@ def test_missing_pvc_shows_the_schedulers_message(operator: Operator, namespace:
     assert events.count("Unschedulable") == 1, events
 
 
-def test_unschedulable_request_shows_unschedulable(operator: Operator, ns: str, wait_until: Any) -> None:
-    """More CPU than any node has (spec.resources overrides the derived requests): the pod stays Pending and the
-    Ready condition says why, within 30 s."""
+def test_a_cpu_request_no_node_can_hold_is_refused_naming_the_figures(
+    operator: Operator, ns: str, wait_until: Any
+) -> None:
+    """More CPU than any node allocates (spec.resources overrides the derived requests): the selection leaves every
+    node out, naming the pod's request and the node's allocatable (issue 30: nodes too small for the pod are excluded
+    with a reason), instead of rendering a pod that would stay Pending. A pod the real scheduler cannot place, with
+    the Ready reason Unschedulable, is e2e/test_unschedulable.py's."""
     doc = example("pytorch-research.yaml", ns)
     doc["spec"]["resources"] = {"requests": {"cpu": "5000"}, "limits": {"cpu": "5000"}}
     apply(doc)
-    started = time.monotonic()
-    described = _ready_condition_within(wait_until, ns, "research-gpt", "Unschedulable", "nodes are available")
-    print(f"unschedulable shown after {time.monotonic() - started:.1f} s")
-    assert "Insufficient cpu" in described, described
+    obj = wait_phase(wait_until, ns, "research-gpt", "Failed")
+    conds = {c["type"]: c for c in obj["status"]["conditions"]}
+    assert conds["Ready"]["reason"] == "Unsatisfiable", conds["Ready"]
+    assert "the pod requests 5000 CPU" in conds["Fits"]["message"], conds["Fits"]
+    assert "the node allocates" in conds["Fits"]["message"], conds["Fits"]
+    assert kubectl("get", "deployments", "-n", ns, "-o", "name").strip() == "", "nothing is rendered"
 
 
 def test_bad_image_shows_image_pull_backoff(operator: Operator, ns: str, wait_until: Any) -> None:

@@ -132,3 +132,35 @@ def test_a_lost_replica_of_a_complete_rollout_is_degraded_then_ready() -> None:
     new_spec = build(other)
     assert new_spec["phase"] == "Deploying", "a rollout of another spec"
     assert make(observed=Observed(2, 0, False), previous=ready, now=LATER)["phase"] == "Deploying", "nothing serves"
+
+
+def test_the_status_patch_nulls_what_disappeared_at_every_depth() -> None:
+    """A re-selection from an L4 (GFD labels) to an A10G known by its instance type: the placement's nodeSelector
+    loses the product label. A merge patch of the new status alone would keep it (merge patches merge objects key by
+    key), and the status would name a selector the Deployment does not have."""
+    from inference_backend.status import merge_patch
+
+    before = {
+        "phase": "Ready",
+        "message": "x",
+        "decision": {"placement": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "gpus": 1}},
+        "conditions": [{"type": "Ready"}],
+    }
+    after = {
+        "phase": "Ready",
+        "decision": {"placement": {"nodeSelector": {"node.kubernetes.io/instance-type": "g5.2xlarge"}, "gpus": 1}},
+        "conditions": [],
+    }
+    patch = merge_patch(before, after)
+    assert patch == {
+        "message": None,
+        "phase": "Ready",
+        "decision": {
+            "placement": {
+                "nodeSelector": {"nvidia.com/gpu.product": None, "node.kubernetes.io/instance-type": "g5.2xlarge"},
+                "gpus": 1,
+            }
+        },
+        "conditions": [],
+    }
+    assert merge_patch({}, after) == after and merge_patch(after, after) == after

@@ -335,6 +335,20 @@ def changed(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     return (current or {}) != new
 
 
+def merge_patch(previous: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``previous`` into ``new``: every key that disappeared is nulled, at
+    every depth (a placement's nodeSelector that loses a label must not keep it: a merge patch of the new object alone
+    merges nested objects key by key); lists and scalars are replaced whole."""
+    patch: dict[str, Any] = {k: None for k in previous if k not in new}
+    for key, value in new.items():
+        before = previous.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            patch[key] = merge_patch(before, value)
+        else:
+            patch[key] = value
+    return patch
+
+
 @dataclass(frozen=True)
 class Replica:
     """One serving pod as its engine reports itself: the LoRA adapters it serves (name -> the path it loaded)."""

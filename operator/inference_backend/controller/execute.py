@@ -138,13 +138,14 @@ async def _delete(d: Delete, writer: Writer) -> None:
 async def write_status(
     writer: Writer, key: tuple[str, str], previous: Mapping[str, Any], new: Mapping[str, Any]
 ) -> bool:
-    """Write ``new`` over ``previous`` when it differs (keys that disappeared are nulled): whether it was written."""
+    """Write ``new`` over ``previous`` when it differs (keys that disappeared are nulled, at every depth): whether it
+    was written."""
     if not status.changed(previous, new):
         return False
     if log.isEnabledFor(logging.DEBUG):
         diff = sorted(k for k in set(previous) | set(new) if previous.get(k) != new.get(k))
         log.debug("status of %s/%s changes: %s", *key, diff)
-    patch = {**{k: None for k in previous if k not in new}, **new}
+    patch = status.merge_patch(previous, new)
     try:
         await writer.patch_status(*key, patch)
     except Exception as exc:

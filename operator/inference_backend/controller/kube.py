@@ -211,7 +211,7 @@ class Kube:
                     raise
 
     async def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Replace the status (merge patch on the status subresource; keys that disappeared are nulled)."""
+        """Replace the status (merge patch on the status subresource; status.merge_patch nulls what disappeared)."""
         self.writes += 1
         async with self._slots:
             await self.client.patch(
