@@ -41,6 +41,7 @@ ALLOWED = [
     ("get", "pods"),
     ("create", "inferencepools.inference.networking.k8s.io"),
     ("delete", "inferencepools.inference.networking.k8s.io"),
+    ("watch", "inferenceobjectives.inference.networking.x-k8s.io"),
     ("patch", "serviceaccounts"),
     ("create", "roles.rbac.authorization.k8s.io"),
     ("delete", "rolebindings.rbac.authorization.k8s.io"),

@@ -127,6 +127,9 @@ NAMESPACED = {
     ("", "persistentvolumeclaims"): {"get", "create", "patch"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"get", "create", "patch"},
     ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},
+    # only to grant them in the endpoint picker's Role (routing.py)
+    ("inference.networking.x-k8s.io", "inferenceobjectives"): {"get", "list", "watch"},
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {"get", "list", "watch"},
     ("", "serviceaccounts"): {"get", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "roles"): {"get", "create", "patch", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"get", "create", "patch", "delete"},
