@@ -19,7 +19,8 @@
 #
 # Env: E2E_REAL_NODES (how many, default 0), E2E_NODE_SUBNET (default 10.252.<apiserver port % 250>.0/24: the bridge
 #   has .1, node i hands out .(16+40i) to .(55+40i)), E2E_KUBELET_PORT (node i listens on +i, default 20250, on the
-#   bridge address), E2E_REAL_NODE_PREFIX (default real-cpu: nodes real-cpu-0, real-cpu-1, ...).
+#   bridge address), E2E_REAL_NODE_PREFIX (default real-cpu: nodes real-cpu-0, real-cpu-1, ...), E2E_NODE_IMAGES
+#   (the e2e/build-images names to import, space-separated; default all).
 
 E2E_REAL_NODES=${E2E_REAL_NODES:-0}
 E2E_NODE_SUBNET=${E2E_NODE_SUBNET:-10.252.$((E2E_APISERVER_PORT % 250)).0/24}
@@ -368,11 +369,13 @@ EOF
     --v=1
 }
 
-# real_node_images NAME SOCKET: imports every image of e2e/build-images into the node's containerd (namespace
-# k8s.io, where the CRI looks), unless it has it already (same digest).
+# real_node_images NAME SOCKET STORE: imports the images of e2e/build-images (all, or those E2E_NODE_IMAGES names:
+# the demo's) into the node's containerd (namespace k8s.io, where the CRI looks), unless it has it already.
 real_node_images() {
   local name=$1 sock=$2 store=$3 ref archive have
   local ctr=("$(binpath ctr)" --address "$sock" -n k8s.io)
+  local wanted=()
+  read -ra wanted <<<"${E2E_NODE_IMAGES:-}"
   have=$("${ctr[@]}" images ls -q 2>/dev/null || true)
   while read -r ref archive; do
     if [[ $archive == *"(missing)" || ! -f $archive ]]; then
@@ -388,7 +391,7 @@ real_node_images() {
     mkdir -p "$store/images"
     rm -f "$store/images/${archive##*/}" "$store/images/$(basename "${archive%-*}")"-*.oci.tar
     touch "$store/images/$(basename "$archive")"
-  done < <("$E2E_SRC/build-images" --list 2>/dev/null)
+  done < <("$E2E_SRC/build-images" --list "${wanted[@]}" 2>/dev/null)
 }
 
 real_nodes_up() {

@@ -1,7 +1,9 @@
 """Print the demo's manifests: every example of docs/examples/ in one namespace, plus what they need.
 
-For the local KWOK cluster (--kwok) each InferenceBackend also tolerates the fake nodes' taint.
-Usage: python hack/demo_examples.py NAMESPACE [--kwok] | kubectl apply --server-side -f -
+For the local KWOK cluster (--kwok) each InferenceBackend also tolerates the fake nodes' taint. With a real node
+(--real-node DIR: the directory of hack/demo_real_node.py models) the CPU examples serve tiny models there instead
+(ib_testkit.demo_node.on_real_node), from a claim on DIR.
+Usage: python hack/demo_examples.py NAMESPACE [--kwok] [--real-node DIR] | kubectl apply --server-side -f -
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ib_testkit.demo_node import model_claim, on_real_node
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs/examples"
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
@@ -57,17 +60,23 @@ def support(namespace: str) -> list[dict[str, Any]]:
     ]
 
 
-def examples(namespace: str, kwok: bool) -> list[dict[str, Any]]:
+def examples(namespace: str, kwok: bool, real_node: bool = False) -> list[dict[str, Any]]:
     docs = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             doc["metadata"]["namespace"] = namespace
-            if kwok and doc["kind"] == "InferenceBackend":
+            real = on_real_node(doc) if real_node else None
+            if real is not None:
+                doc = real
+            elif kwok and doc["kind"] == "InferenceBackend":
                 doc["spec"].setdefault("hardware", {}).setdefault("tolerations", []).append(KWOK_TOLERATION)
             docs.append(doc)
     return docs
 
 
 if __name__ == "__main__":
-    ns = sys.argv[1] if len(sys.argv) > 1 else "demo"
-    sys.stdout.write(yaml.safe_dump_all(support(ns) + examples(ns, "--kwok" in sys.argv), sort_keys=False))
+    args = sys.argv[1:]
+    ns = args[0] if args and not args[0].startswith("--") else "demo"
+    models = Path(args[args.index("--real-node") + 1]) if "--real-node" in args else None
+    docs = support(ns) + (model_claim(ns, models) if models else []) + examples(ns, "--kwok" in args, bool(models))
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
