@@ -7,6 +7,8 @@ HF_TOKEN from the credentials Secret, not HF_ENDPOINT, so the fetch step always 
 must be Ready, answer a completion through its Service's ClusterIP (from this host: kube-proxy's nftables rules) and
 through its DNS name from a pod (CoreDNS), with the greedy tokens of the same engine run directly on the same model.
 Then faults as the kubelet reports them (OOMKilled, CrashLoopBackOff, ImagePullBackOff) and a deleted pod.
+Last, user text holding $(VAR) (a uri, a servedName) reaches the fetch step and the engine literally: the real
+kubelet does not expand what the operator escaped (issue 31).
 
 Skipped, saying why, when the cluster has no real node (e2e/up without --real-nodes); in CI (CI=true) a run that asked
 for real nodes (E2E_REAL_NODES > 0) fails instead.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -251,3 +254,60 @@ def test_a_deleted_pod_is_degraded_then_ready(operator: Operator, rns: str, wait
     assert _complete(f"http://{svc['spec']['clusterIP']}:8000", "two")["usage"]["completion_tokens"] == MAX_TOKENS
     ready = wait_phase(wait_until, rns, "two", "Ready", timeout=300)
     assert ready["status"]["ready"] == "2/2"
+
+
+def test_user_text_reaches_the_containers_unexpanded(
+    operator: Operator, rns: str, store: S3Server, models: TinyModels, wait_until: Any
+) -> None:
+    """Issue 31 under a real kubelet: the kubelet expands ``$(VAR)`` in a container's command, args and env values
+    from that container's environment, so a uri or a servedName holding ``$(NAME)`` of a variable the container has
+    would leak it (the fetch init container's AWS_SECRET_ACCESS_KEY into the S3 path it requests; the engine's
+    HF_TOKEN into the model name it serves). The operator renders ``$$(`` (tests/test_expansion.py): here the real
+    kubelet turns that into the literal text. The fetch step requests, and finds, only the objects whose keys hold
+    the literal ``$(AWS_SECRET_ACCESS_KEY)``; the engine, whose HF_TOKEN holds the secret (checked inside it), serves
+    the literal name."""
+    secret = f"ib-secret-{uuid.uuid4().hex[:12]}"
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "hostile",
+        "-n",
+        rns,
+        "--from-literal=AWS_ACCESS_KEY_ID=test",
+        f"--from-literal=AWS_SECRET_ACCESS_KEY={secret}",
+        f"--from-literal=AWS_ENDPOINT_URL={store.endpoint}",
+        "--from-literal=AWS_REGION=us-east-1",
+    )
+    prefix = "tiny-onnx-$(AWS_SECRET_ACCESS_KEY)"
+    put_objects(store.endpoint, "models", [(f"{prefix}/{k}", v) for k, v in files_under(models.onnx)])
+    served = "tiny-$(HF_TOKEN)"
+    model = {
+        "uri": f"s3://models/{prefix}/",
+        "format": "onnx",
+        "credentialsSecret": "hostile",
+        "servedName": served,
+        **TINY_FACTS,
+    }
+    from_secret = {"secretKeyRef": {"name": "hostile", "key": "AWS_SECRET_ACCESS_KEY"}}
+    doc = _backend(
+        "literal", model, backend="onnxruntime", engine={"env": [{"name": "HF_TOKEN", "valueFrom": from_secret}]}
+    )
+    doc["metadata"]["namespace"] = rns
+    apply(doc)
+    wait_phase(wait_until, rns, "literal", "Ready", timeout=600)
+    pod = get_json("pods", "-n", rns, "-l", "app.kubernetes.io/instance=literal")["items"][0]
+    init = pod["spec"]["initContainers"][0]
+    assert "AWS_SECRET_ACCESS_KEY" in {e["name"] for e in init["env"]}  # the variable was there to expand
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    gets = [r.path for r in store.object_gets("tiny-onnx-")]
+    assert gets and all(prefix in p for p in gets) and not any(secret in p for p in gets), gets
+    code = "import os; print(os.environ['HF_TOKEN'])"
+    env = kubectl("exec", "-n", rns, pod["metadata"]["name"], "-c", "onnxruntime", "--", "python", "-c", code)
+    assert env.strip() == secret  # the engine has the variable the served name names
+    svc = get_json("service", "literal", "-n", rns)
+    url = f"http://{svc['spec']['clusterIP']}:8000"
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as r:
+        ids = [m["id"] for m in json.load(r)["data"]]
+    assert served in ids and not any(secret in i for i in ids), ids
+    assert _complete(url, served)["usage"]["completion_tokens"] == MAX_TOKENS
