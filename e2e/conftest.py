@@ -24,7 +24,17 @@ import pytest
 import yaml
 from ib_testkit import ROOT
 from ib_testkit.audit import audit_event
-from ib_testkit.cluster import EXAMPLES, NODE_SETS, SYSTEM_NS, Operator, chart_helm_args, kubectl, tool
+from ib_testkit.cluster import (
+    EXAMPLES,
+    NODE_SETS,
+    PICKER,
+    PICKER_CRDS,
+    SYSTEM_NS,
+    Operator,
+    chart_helm_args,
+    kubectl,
+    tool,
+)
 from inference_backend.vocabulary import GROUP
 
 E2E_SRC = Path(__file__).resolve().parent
@@ -318,3 +328,13 @@ def ns(namespace: str) -> str:
     }
     kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([volume, claim]))
     return namespace
+
+
+@pytest.fixture(scope="module")
+def picker_built() -> None:
+    """The endpoint picker and its CRDs are built (e2e/run-tests runs e2e/build-picker): skipped if not, failed in CI"""
+    if not PICKER.is_file() or not (PICKER_CRDS / ".complete").is_file():
+        msg = f"{PICKER} or {PICKER_CRDS} missing: run e2e/build-picker"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)

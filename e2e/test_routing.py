@@ -24,28 +24,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from ib_testkit import free_port
-from ib_testkit.cluster import Operator, apply, example, get_json, ib, kubectl, wait_established
+from ib_testkit.cluster import PICKER, Operator, apply, example, get_json, ib, kubectl, wait_established
+from ib_testkit.cluster import PICKER_CRDS as CRDS
 from inference_backend import routing
 
-CACHE = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
 VERSION = routing.PICKER_VERSION
-PICKER = CACHE / "bin" / f"epp-{VERSION}"
-CRDS = CACHE / "bin" / f"gie-crds-{VERSION}"
 PICKER_KINDS = ("deployment", "service", "serviceaccount", "role", "rolebinding")
 X_CRDS = ("inferenceobjectives", "inferencemodelrewrites")
 """The module's inference.networking.x-k8s.io CRDs the picker watches when the cluster serves them."""
-
-
-@pytest.fixture(scope="module")
-def picker_built() -> None:
-    if not PICKER.is_file() or not (CRDS / ".complete").is_file():
-        msg = f"{PICKER} or {CRDS} missing: run e2e/build-picker"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 def _routing(ns: str, name: str) -> dict[str, Any] | None:

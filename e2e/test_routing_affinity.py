@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import subprocess
 import time
@@ -33,9 +32,10 @@ from typing import Any
 
 import pytest
 from ib_testkit import free_port
-from ib_testkit.cluster import apply, kubectl, wait_established
+from ib_testkit.cluster import PICKER, apply, kubectl, wait_established
+from ib_testkit.cluster import PICKER_CRDS as CRDS
 from ib_testkit.real_nodes import runners_python, tiny_models
-from inference_backend import picker, routing
+from inference_backend import picker
 from inference_backend.decision import Decision
 from inference_backend.engines import card
 
@@ -44,9 +44,6 @@ grpc = pytest.importorskip("grpc", reason="no grpcio: make venv")
 base_pb2 = pytest.importorskip("envoy.config.core.v3.base_pb2", reason="no xds-protos: make venv")
 pb = pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2", reason="no xds-protos: make venv")
 pb_grpc = pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2_grpc", reason="no xds-protos")
-CACHE = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
-PICKER = CACHE / "bin" / f"epp-{routing.PICKER_VERSION}"
-CRDS = CACHE / "bin" / f"gie-crds-{routing.PICKER_VERSION}"
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
 TAINT = {"key": "ib-e2e/affinity-probe", "value": "true", "effect": "NoSchedule"}
 PROBE = {"ib-e2e/affinity-probe": "true"}
@@ -55,15 +52,6 @@ GROUPS, PER_GROUP, PREFIX_CHARS = 6, 6, 384
 tiny model's tokens, inside its 512-token context."""
 DESTINATION = "x-gateway-destination-endpoint"
 """The header the picker sets to the endpoint it chose (pkg/epp/metadata: DestinationEndpointKey)."""
-
-
-@pytest.fixture(scope="module")
-def picker_built() -> None:
-    if not PICKER.is_file() or not (CRDS / ".complete").is_file():
-        msg = f"{PICKER} or {CRDS} missing: run e2e/build-picker"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from inference_backend.routing import PICKER_VERSION
 from inference_backend.vocabulary import GROUP as GROUP  # the e2e tests import the API group from here
 
 from ib_testkit import ROOT
@@ -63,6 +64,11 @@ def wait_established(crd: str, kubeconfig: str | None = None, timeout: float = 6
 
 
 CHART = ROOT / "charts/inference-backend"
+_CACHE = Path(os.environ.get("IB_CACHE") or Path.home() / ".cache" / "inference-backend")
+PICKER = _CACHE / "bin" / f"epp-{PICKER_VERSION}"
+"""The endpoint picker binary e2e/build-picker builds."""
+PICKER_CRDS = _CACHE / "bin" / f"gie-crds-{PICKER_VERSION}"
+"""The Inference Extension's CRDs of the picker's module version (e2e/build-picker copies them)."""
 RELEASE = "ib"
 PORT_FLAGS = ("--metrics-port", "--liveness-port")
 """The only arguments of the chart's command replaced for a local process: its ports (8080, 8081 in a pod, one per
