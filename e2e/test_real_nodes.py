@@ -17,7 +17,6 @@ for real nodes (E2E_REAL_NODES > 0) fails instead.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from ib_testkit.real_nodes import (
     gateway,
     host_volume,
     real_hardware,
+    real_node_or_skip,
     real_nodes,
     restricted_namespace,
     run_pod,
@@ -49,13 +49,7 @@ MAX_TOKENS = 8
 
 @pytest.fixture(scope="module")
 def node() -> dict[str, Any]:
-    nodes = real_nodes()
-    if not nodes:
-        why = "no Ready real node (e2e/up --real-nodes, or E2E_REAL_NODES=1 e2e/run-tests)"
-        if os.environ.get("CI") and int(os.environ.get("E2E_REAL_NODES", "0") or 0) > 0:
-            pytest.fail(why)
-        pytest.skip(why)
-    return nodes[0]
+    return real_node_or_skip()
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
 # Local Kubernetes control plane (e2e/): binaries built into $(IB_CACHE)/bin, a cluster on 127.0.0.1
 # whose state lives in $(E2E_DIR) (default /tmp/ib-e2e), and the end-to-end tests that run on it.
 TEST_TARGETS += e2e
-# Real CPU nodes beside KWOK's in the clusters of e2e/run-tests (e2e/real-nodes.sh; 0: KWOK only). Opt-in for now:
-# e2e/test_real_nodes.py passes (6 tests in about 2 min), but the cold .ci/run is over its 75-minute budget without
-# them (e2e/README.md, "Real nodes").
-export E2E_REAL_NODES ?= 0
+# Real CPU nodes beside KWOK's in the clusters of e2e/run-tests (e2e/real-nodes.sh): one by default, so that the
+# engines that run on a CPU are served for real under a kubelet in `make test`; E2E_REAL_NODES=0 keeps KWOK only
+# (then the real-node tests skip, saying so).
+export E2E_REAL_NODES ?= 1
 
 .PHONY: e2e-binaries cluster-up cluster-down e2e-smoke e2e
 

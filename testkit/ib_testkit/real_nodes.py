@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ib_testkit import ROOT, free_port
 from ib_testkit.cluster import get_json, kubectl
 
@@ -66,6 +68,18 @@ def real_nodes() -> list[dict[str, Any]]:
     """The Ready real nodes of the cluster of $KUBECONFIG, by name."""
     items = get_json("nodes", "-l", f"{REAL_NODE_LABEL}=true")["items"]
     return sorted((n for n in items if _ready(n)), key=lambda n: n["metadata"]["name"])
+
+
+def real_node_or_skip() -> dict[str, Any]:
+    """The first Ready real node. Without one the test skips, saying why, unless the run asked for real nodes
+    (E2E_REAL_NODES > 0, as make test and .ci/run do): then their absence is a failure, never a quiet skip."""
+    nodes = real_nodes()
+    if nodes:
+        return nodes[0]
+    why = "no Ready real node (e2e/up --real-nodes, or E2E_REAL_NODES=1 e2e/run-tests)"
+    if int(os.environ.get("E2E_REAL_NODES", "0") or 0) > 0:
+        pytest.fail(f"E2E_REAL_NODES={os.environ['E2E_REAL_NODES']} but {why}")
+    pytest.skip(why)
 
 
 def gateway(node: dict[str, Any]) -> str:
