@@ -471,7 +471,15 @@ real_nodes_down() {
   done
   nft delete table inet "$E2E_NFT_TABLE" 2>/dev/null || true
   if [[ -f $REAL_DIR/nft-tables.before ]]; then
-    nft list tables | grep -vxF -f "$REAL_DIR/nft-tables.before" | while read -r _ family name; do
+    # grep finds nothing when an earlier down removed them: not a failure (pipefail would stop down here, before
+    # the control plane, and every later down of this E2E_DIR would stop at the same line).
+    # Another real-node cluster's tables are left alone: its own (ib_e2e_<its port>), and kube-proxy's and the
+    # portmap plugin's, which every cluster's kube-proxy and CNI share on this host, while another kube-proxy runs.
+    local others=0
+    pgrep -f "$(binpath kube-proxy)" >/dev/null && others=1
+    nft list tables | { grep -vxF -f "$REAL_DIR/nft-tables.before" || true; } | while read -r _ family name; do
+      [[ $name == ib_e2e_* && $name != "$E2E_NFT_TABLE" ]] && continue
+      [[ $others == 1 && ($name == kube-proxy || $name == cni_hostport) ]] && continue
       nft delete table "$family" "$name" 2>/dev/null || true
     done
     rm -f "$REAL_DIR/nft-tables.before"
