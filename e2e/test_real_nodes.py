@@ -17,12 +17,16 @@ for real nodes (E2E_REAL_NODES > 0) fails instead.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from ib_testkit import ROOT
 from ib_testkit.cluster import Operator, apply, get_json, ib, kubectl, wait_phase
 from ib_testkit.real_nodes import (
     OPERATOR_IMAGE,
@@ -39,6 +43,7 @@ from ib_testkit.real_nodes import (
     real_nodes,
     restricted_namespace,
     run_pod,
+    runners_python,
     tiny_models,
 )
 from ib_testkit.stores import S3Server, put_objects
@@ -305,3 +310,110 @@ def test_user_text_reaches_the_containers_unexpanded(
         ids = [m["id"] for m in json.load(r)["data"]]
     assert served in ids and not any(secret in i for i in ids), ids
     assert _complete(url, served)["usage"]["completion_tokens"] == MAX_TOKENS
+
+
+MAKE_ADAPTERS = (
+    "import sys; from pathlib import Path; from ib_testkit.lora import make_adapter;"
+    " base, out = map(Path, sys.argv[1:]); make_adapter(base, out / 'sql', 1, 4, ['q_proj', 'v_proj']);"
+    " make_adapter(base, out / 'poems', 2, 8, ['q_proj', 'v_proj', 'o_proj'])"
+)
+
+
+def _adapters(models: TinyModels, out: Path) -> Path:
+    """Two random PEFT adapters of the tiny model (ranks 4 and 8), made with peft in the runners venv."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "operator"), str(ROOT / "testkit")])}
+    subprocess.run(
+        [str(runners_python()), "-c", MAKE_ADAPTERS, str(models.hf), str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
+def _runner_pod(namespace: str, name: str) -> tuple[str, str, int]:
+    """(name, uid, the engine container's restarts) of the backend's one pod."""
+    (pod,) = get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")["items"]
+    restarts = {s["name"]: s["restartCount"] for s in pod["status"]["containerStatuses"]}
+    return pod["metadata"]["name"], pod["metadata"]["uid"], restarts["pytorch"]
+
+
+def _serves(wait_until: Any, namespace: str, name: str, pod: str, adapters: list[str]) -> dict[str, Any]:
+    """Waits until status.adapters says ``pod`` serves exactly ``adapters`` and AdaptersLoaded is True."""
+
+    def check() -> dict[str, Any] | None:
+        obj = get_json("ib", name, "-n", namespace)
+        st = obj.get("status") or {}
+        cond = {c["type"]: c for c in st.get("conditions") or []}.get("AdaptersLoaded") or {}
+        ok = st.get("adapters") == [{"pod": pod, "adapters": adapters}] and cond.get("status") == "True"
+        return obj if ok else None
+
+    # the kubelet refreshes a mounted ConfigMap on its pod sync (about a minute), then the sidecar fetches and loads
+    return wait_until(f"{namespace}/{name} status.adapters {pod}: {adapters}", check, timeout=300)  # type: ignore[no-any-return]
+
+
+def test_adapters_are_loaded_and_unloaded_while_the_pod_serves(
+    operator: Operator,
+    rns: str,
+    store: S3Server,
+    models: TinyModels,
+    wait_until: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34: spec.adapters on our PyTorch runner under a real kubelet. The adapters sidecar (the operator image)
+    fetches each adapter the ConfigMap lists from the local S3 and loads it through the runner's
+    /v1/load_lora_adapter: adding one and removing one change no pod template, so the same pod (name, uid, no
+    restart) serves the new adapter with the tokens the same runner gives with it loaded at start, and no longer
+    serves the removed one (404); status.adapters lists what the pod serves, read by the operator from its engine."""
+    local = _adapters(models, tmp_path / "adapters")
+    put_objects(
+        store.endpoint, "adapters", [(f"{n}/{k}", v) for n in ("sql", "poems") for k, v in files_under(local / n)]
+    )
+    sql = {"name": "sql", "uri": "s3://adapters/sql/", "rank": 4}
+    poems = {"name": "poems", "uri": "s3://adapters/poems/", "rank": 8}
+    model = {"uri": "s3://models/tiny-hf/", "format": "safetensors", "credentialsSecret": "s3", **TINY_FACTS}
+    doc = _backend("lora", model, backend="pytorch", adapters=[sql])
+    doc["metadata"]["namespace"] = rns
+    apply(doc)
+    wait_phase(wait_until, rns, "lora", "Ready", timeout=600)
+    pod, uid, restarts = _runner_pod(rns, "lora")
+    assert restarts == 0
+    template = get_json("deployment", "lora", "-n", rns)["spec"]["template"]
+    assert "--adapter" not in template["spec"]["containers"][0]["args"]
+    _serves(wait_until, rns, "lora", pod, ["sql"])
+    url = f"http://{get_json('service', 'lora', '-n', rns)['spec']['clusterIP']}:8000"
+    texts = {m: _complete(url, m)["choices"][0]["text"] for m in ("lora", "sql")}
+
+    # added: the ConfigMap changes, the pod template does not
+    doc["spec"]["adapters"] = [sql, poems]
+    apply(doc)
+    _serves(wait_until, rns, "lora", pod, ["poems", "sql"])
+    assert _runner_pod(rns, "lora") == (pod, uid, 0)
+    assert get_json("deployment", "lora", "-n", rns)["spec"]["template"] == template
+    texts["poems"] = _complete(url, "poems")["choices"][0]["text"]
+    assert len(set(texts.values())) == 3, texts  # each adapter changes the greedy tokens of the base model
+    # the same runner run directly, with both adapters given at start (and the same switch): the same tokens
+    container = {**template["spec"]["containers"][0]}
+    container["args"] = [
+        *container["args"],
+        "--adapter",
+        f"sql={local / 'sql'}",
+        "--adapter",
+        f"poems={local / 'poems'}",
+    ]
+    monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+    with direct(container, models.hf) as here:
+        assert {m: _complete(here, m)["choices"][0]["text"] for m in texts} == texts
+
+    # removed: unloaded, the other adapter and the base model unchanged
+    doc["spec"]["adapters"] = [poems]
+    apply(doc)
+    _serves(wait_until, rns, "lora", pod, ["poems"])
+    assert _runner_pod(rns, "lora") == (pod, uid, 0)
+    with pytest.raises(AssertionError, match="answered 404"):
+        _complete(url, "sql")
+    assert _complete(url, "poems")["choices"][0]["text"] == texts["poems"]
+    assert _complete(url, "lora")["choices"][0]["text"] == texts["lora"]
+    assert get_json("ib", "lora", "-n", rns)["status"]["phase"] == "Ready"

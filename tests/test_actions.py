@@ -265,7 +265,7 @@ def test_every_child_render_emits_has_its_entry_and_every_entry_is_rendered() ->
             seen.add(child_kind(manifest, "chat").kind)
     assert seen == {c.kind for c in CHILDREN}
     with pytest.raises(KeyError, match="no entry"):
-        child_kind({"kind": "ConfigMap", "metadata": {"name": "x"}}, "chat")
+        child_kind({"kind": "Secret", "metadata": {"name": "x"}}, "chat")
 
 
 def test_deletes_are_typed() -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,8 @@ from ib_testkit import ROOT, free_port
 from inference_backend.controller.adapters import LOAD_ADAPTER, UNLOAD_ADAPTER, EngineCall, adapter_calls
 from inference_backend.controller.engine_http import EngineHttp
 from inference_backend.controller.execute import call_engines, replicas
-from inference_backend.status import Replica, adapters_entry, served_adapters
+from inference_backend.pods import summarize
+from inference_backend.status import Replica, ServedAdapters, adapters_entry, served_adapters
 
 A, B = "/adapters/a", "/adapters/b"
 
@@ -92,6 +94,57 @@ def test_served_adapters_read_vllm_and_runner_model_lists() -> None:
 
 
 # ---- the executor against a real runner ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("replicas", "overdue", "errors", "condition"),
+    [
+        ((), False, {}, (None, "NoReplica", "no ready replica has answered GET /v1/models yet")),
+        (
+            (_r("p0", a=A, b=B), _r("p1", a=A, b=B, old="/adapters/old")),
+            False,
+            {},
+            (True, "Loaded", "every ready replica (2) serves the 2 adapter(s) of spec.adapters"),
+        ),
+        (
+            (_r("p0", a=A), _r("p1", a=A, b=B)),
+            False,
+            {},
+            (False, "Loading", "p0 lacks b (its adapters sidecar fetches and loads them)"),
+        ),
+        # past the deadline: what the pod's sidecar said of it
+        (
+            (_r("p1"), _r("p0", a=A)),
+            True,
+            {"p0": {"b": "fetching s3://x/b/: rank 64 above the limit 16"}},
+            (
+                False,
+                "AdapterMissing",
+                "p0 lacks b; p1 lacks a, b, past the deadline; p0: b: fetching s3://x/b/: rank 64 above the limit 16 "
+                "(spec.adapters)",
+            ),
+        ),
+    ],
+)
+def test_adapters_loaded_condition(
+    replicas: tuple[Replica, ...], overdue: bool, errors: dict[str, dict[str, str]], condition: tuple[Any, ...]
+) -> None:
+    served = ServedAdapters(("a", "b"), replicas, overdue, errors)
+    assert served.condition() == condition
+    assert adapters_entry(served.replicas) == [
+        {"pod": r.pod, "adapters": sorted(r.adapters)} for r in sorted(replicas, key=lambda r: r.pod)
+    ]
+
+
+def test_pod_summary_keeps_its_address_and_readiness() -> None:
+    pod = {
+        "metadata": {"name": "p0", "namespace": "ns"},
+        "status": {"phase": "Running", "podIP": "10.1.0.7", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    got = summarize(pod)
+    assert got is not None and (got.ip, got.ready) == ("10.1.0.7", True)
+    pending = summarize({"metadata": {"name": "p1"}, "status": {"phase": "Pending"}})
+    assert pending is not None and (pending.ip, pending.ready) == (None, False)
 
 
 def _runners_python() -> Path:
@@ -181,3 +234,86 @@ def test_executor_brings_a_real_runner_to_the_wanted_adapters(runner: tuple[str,
     calls, failed = asyncio.run(converge({"poems": sql, "bad": str(root / "nowhere")}))
     assert len(failed) == 1 and failed[0].startswith("pod-0: /v1/load_lora_adapter bad: 400"), failed
     assert asyncio.run(served())[0].adapters == {"poems": sql}
+
+
+def _report(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/adapters", timeout=5) as r:
+        return json.load(r)  # type: ignore[no-any-return]
+
+
+def _until(port: int, check: Any, timeout: float = 120) -> dict[str, Any]:
+    deadline, last = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        try:
+            last = _report(port)
+        except OSError:
+            last = {}
+        if last and check(last):
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"sidecar never got there: {last}")
+
+
+@pytest.mark.slow
+def test_sidecar_fetches_loads_and_unloads_on_a_real_runner(runner: tuple[str, Path], tmp_path: Path) -> None:
+    """`inference-backend adapter sync` as the pod runs it: the ConfigMap's list from a file, the adapters fetched
+    from a real S3 (moto) with the fetch step's checks, loaded and unloaded on the real runner's endpoints."""
+    from ib_testkit.stores import S3Server, put_objects
+
+    url, root = runner
+    files = [(f"{n}/{f.name}", f.read_bytes()) for n in ("sql", "poems") for f in sorted((root / n).iterdir())]
+    s3 = S3Server().start()
+    try:
+        put_objects(s3.endpoint, "adapters", files)
+        config, fetched = tmp_path / "adapters.json", tmp_path / "fetched"
+
+        def want(*entries: dict[str, Any]) -> None:
+            (tmp_path / "next.json").write_text(json.dumps({"adapters": list(entries)}))
+            (tmp_path / "next.json").replace(config)  # atomic, as the kubelet swaps the mounted file
+
+        sql = {"name": "sql", "uri": "s3://adapters/sql/", "path": str(fetched / "sql"), "rank": 4}
+        poems = {"name": "poems", "uri": "s3://adapters/poems/", "path": str(fetched / "poems")}
+        wrong = {"name": "wrong", "uri": "s3://adapters/poems/", "path": str(fetched / "wrong"), "rank": 4}
+        want(sql)
+        port = free_port()
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_REGION": "us-east-1",
+        }
+        argv = [str(ROOT / ".venv" / "bin" / "inference-backend"), "adapter", "sync", str(config), "--engine", url]
+        argv += ["--served-name", "tiny", "--port", str(port), "--interval", "0.5", "--max-rank", "16"]
+        log = (tmp_path / "sidecar.log").open("w")
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            # whatever the runner served before (the executor test left poems), it ends with exactly sql, fetched
+            got = _until(port, lambda r: r["served"] == {"sql": sql["path"]})
+            assert got["ready"] and got["errors"] == {}
+            assert (fetched / "sql" / "adapter_config.json").exists()
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
+                assert r.status == 200
+            # added: fetched and loaded; one whose declared rank differs from its file's: refused by the fetch
+            # step's check, named, and the others load
+            want(sql, poems, wrong)
+            got = _until(port, lambda r: set(r["served"]) == {"sql", "poems"} and "wrong" in r["errors"])
+            assert "rank" in got["errors"]["wrong"], got
+            body = json.dumps({"model": "poems", "prompt": [1, 5, 9], "max_tokens": 3}).encode()
+            req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as reply:
+                assert json.loads(reply.read())["model"] == "poems"
+            # removed: unloaded (the runner answers 404 for it), the other stays
+            want(poems)
+            _until(port, lambda r: r["served"] == {"poems": poems["path"]} and r["errors"] == {})
+            body = json.dumps({"model": "sql", "prompt": [1, 5, 9], "max_tokens": 3}).encode()
+            req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=60)
+            assert err.value.code == 404
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            log.close()
+    finally:
+        s3.stop()

@@ -108,14 +108,25 @@ def test_vllm_rank_limit_is_the_smallest_choice_covering_every_adapter(ranks: li
 
 
 def test_vllm_args_env_and_fetch_init_containers() -> None:
-    adapters = [{**ADAPTER, "rank": 8}, {"name": "support.v2", "uri": "s3://b/support/", "rank": 16}]
+    """An adapter on a volume (pvc://) is in the pod template: every adapter is given at start (--lora-modules) and
+    fetched by an init container; a change of the list rolls out."""
+    adapters = [
+        {**ADAPTER, "rank": 8},
+        {"name": "support.v2", "uri": "s3://b/support/", "rank": 16},
+        {"name": "legal", "uri": "pvc://claims/legal"},
+    ]
     body = {"model": {**L8, "credentialsSecret": "hf-token"}, "backend": "vllm", "adapters": adapters}
     d = _select(body)
     c = ENGINES["vllm"](d, spec(**body), "ib")
     args = list(c.args)
     i = args.index("--lora-modules")
-    assert args[i + 1 : i + 3] == ["sql=/adapters/sql", "support.v2=/adapters/support.v2"]
-    assert "--enable-lora" in args and args[args.index("--max-loras") + 1] == "2"
+    assert args[i + 1 : i + 4] == [
+        "sql=/adapters/sql",
+        "support.v2=/adapters/support.v2",
+        "legal=/adapters/legal/legal",
+    ]
+    assert "--enable-lora" in args and args[args.index("--max-loras") + 1] == "3"
+    assert c.adapters_config is None and all(e["name"] != "VLLM_ALLOW_RUNTIME_LORA_UPDATING" for e in c.env)
     init = {i["name"]: i for i in c.init_containers}
     hf, s3 = init["fetch-adapter-0"], init["fetch-adapter-1"]
     assert hf["command"][:4] == ["inference-backend", "fetch", "hf://acme/sql-lora", "/adapters/sql"]
@@ -124,6 +135,65 @@ def test_vllm_args_env_and_fetch_init_containers() -> None:
     assert [e["name"] for e in hf["env"]] == ["HF_TOKEN"] and "env" not in s3
     assert any("a change of the list rolls the pods out" in r for r in d.reasons)
     assert d.adapters.lora_ids is None and "loraIds" not in d.to_json()["adapters"]  # the model field names them
+
+
+@pytest.mark.parametrize(
+    ("count", "slots", "cpu"), [(1, 1, None), (2, 2, None), (3, 4, None), (5, 8, None), (8, 8, None), (9, 8, 16)]
+)
+def test_vllm_loads_fetched_adapters_at_run_time(count: int, slots: int, cpu: int | None) -> None:
+    """Every adapter fetched (hf://, s3://): not in the args, listed in the ConfigMap the sidecar reads, the switch
+    on; the slots rounded up to a power of two, so the pod template (its hash) changes only when a limit does."""
+    adapters = [{"name": f"a{i}", "uri": f"s3://b/a{i}/", "rank": 8} for i in range(count)]
+    body = {"model": {**L8, "credentialsSecret": "hf-token"}, "backend": "vllm", "adapters": adapters}
+    d = _select(body)
+    c = ENGINES["vllm"](d, spec(**body), "ib")
+    args = list(c.args)
+    assert "--lora-modules" not in args and "--enable-lora" in args
+    assert args[args.index("--max-loras") + 1] == str(slots)
+    assert (args[args.index("--max-cpu-loras") + 1] if "--max-cpu-loras" in args else None) == (
+        str(cpu) if cpu else None
+    )
+    assert {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"} in c.env
+    (sidecar,) = c.init_containers
+    assert sidecar["name"] == "adapters" and sidecar["restartPolicy"] == "Always"
+    assert sidecar["command"][:4] == [
+        "inference-backend",
+        "adapter",
+        "sync",
+        "/etc/inference-backend/adapters/adapters.json",
+    ]
+    assert sidecar["command"][sidecar["command"].index("--max-rank") + 1] == "8"
+    assert [e["name"] for e in sidecar.get("env", [])] == ["HF_TOKEN"]  # the model's store's Secret
+    assert c.adapters_config is not None
+    listed = json.loads(c.adapters_config)["adapters"]
+    assert [(a["name"], a["path"], a["rank"]) for a in listed] == [
+        (f"a{i}", f"/adapters/a{i}", 8) for i in range(count)
+    ]
+    assert any("rolls nothing out unless the limits rendered change" in r for r in d.reasons)
+
+
+def test_run_time_adapters_leave_the_pod_template_hash() -> None:
+    """Adding an adapter within the limits changes the ConfigMap only; a higher declared rank changes the template."""
+    from inference_backend.api import InferenceBackend
+    from inference_backend.render import render_result
+
+    def rendered(adapters: list[dict[str, Any]]) -> tuple[str, Any]:
+        body = {"model": L8, "backend": "vllm", "adapters": adapters}
+        ib = InferenceBackend.model_validate(
+            {
+                "metadata": {"name": "ib", "namespace": "ns"},
+                "spec": spec(**body).model_dump(by_alias=True, exclude_none=True),
+            }
+        )
+        r = render_result(ib, _select(body))
+        (cm,) = [o for o in r.objects if o["kind"] == "ConfigMap"]
+        return r.spec_hash, json.loads(cm["data"]["adapters.json"])
+
+    one = rendered([{"name": "a", "uri": "s3://b/a/", "rank": 8}, {"name": "b", "uri": "s3://b/b/", "rank": 8}])
+    other = rendered([{"name": "a", "uri": "s3://b/a/", "rank": 8}, {"name": "c", "uri": "hf://o/c", "rank": 8}])
+    higher = rendered([{"name": "a", "uri": "s3://b/a/", "rank": 8}, {"name": "c", "uri": "hf://o/c", "rank": 64}])
+    assert one[0] == other[0] and one[1] != other[1]
+    assert higher[0] != other[0]
 
 
 def test_no_adapters_renders_nothing_new() -> None:
@@ -187,7 +257,10 @@ def test_llamacpp_takes_gguf_files_and_pytorch_peft_directories() -> None:
         "adapters": [ADAPTER],
     }
     c = ENGINES["pytorch"](_select(pt, CPU), spec(**pt), "ib")
-    assert c.args[c.args.index("--adapter") + 1] == "sql=/adapters/sql"
+    assert "--adapter" not in c.args and json.loads(c.adapters_config or "{}")["adapters"][0]["name"] == "sql"
+    pt["adapters"] = [{"name": "sql", "uri": "oci://registry.example.com/sql-lora:1"}]  # a volume: given at start
+    c = ENGINES["pytorch"](_select(pt, CPU), spec(**pt), "ib")
+    assert c.args[c.args.index("--adapter") + 1] == "sql=/adapters/sql" and c.adapters_config is None
 
 
 # ---- adapter facts from real files ------------------------------------------------------------------------------

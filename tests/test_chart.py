@@ -125,6 +125,7 @@ NAMESPACED = {
     ("", "events"): {"create"},
     ("keda.sh", "scaledobjects"): {"get", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "create", "patch"},
+    ("", "configmaps"): {"list", "watch", "get", "create", "patch"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"get", "create", "patch"},
     ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},
     # only to grant them in the endpoint picker's Role (routing.py)

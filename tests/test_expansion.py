@@ -79,7 +79,13 @@ BASES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
                 "servedName": "chat",
                 "credentialsSecret": "hf",
             },
-            "adapters": [{"name": "sql", "uri": "hf://org/llama-3.1-8b-sql-lora"}],
+            # the volume (pvc://) keeps the adapters in the pod template, so the fetch init container's command carries
+            # adapters[0].uri; fetched adapters alone would go to the sidecar through the ConfigMap (data the
+            # kubelet never expands)
+            "adapters": [
+                {"name": "sql", "uri": "hf://org/llama-3.1-8b-sql-lora"},
+                {"name": "legal", "uri": "pvc://claims/legal"},
+            ],
         },
         GPU,
     ),

@@ -146,6 +146,28 @@ def cmd_adapter_check(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_adapter_sync(args: argparse.Namespace) -> int:
+    """The adapters sidecar (docs/adapters.md): fetch, check and load the ConfigMap's adapters for ever."""
+    import dataclasses
+    import logging
+    import pathlib
+
+    from inference_backend import sidecar
+    from inference_backend.fetch import fetch
+    from inference_backend.modelinfo.adapter import check_adapter
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    limits = _adapter_limits(args)
+
+    def fetch_one(w: sidecar.Wanted) -> None:
+        fetch(w.uri, w.path)
+        check_adapter(w.path, dataclasses.replace(limits, rank=w.rank))
+
+    sync = sidecar.Sync(pathlib.Path(args.config), args.engine.rstrip("/"), args.served_name, fetch_one)
+    sidecar.run(sync, args.port, args.interval)
+    return EXIT_OK
+
+
 def _adapter_flags(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument(
         "--max-rank",
@@ -243,7 +265,8 @@ def _fetch_parsers(sub: Any) -> None:
     _adapter_flags(fet, required=False)
     fet.set_defaults(func=cmd_fetch)
     ada = sub.add_parser("adapter", help="LoRA adapter helpers: `adapter check DIR` (an adapter on a volume)")
-    chk = ada.add_subparsers(dest="adapter_command", required=True).add_parser(
+    ada_sub = ada.add_subparsers(dest="adapter_command", required=True)
+    chk = ada_sub.add_parser(
         "check",
         help="check a LoRA adapter's files against an engine's limits (the init container of pvc:// and "
         "oci:// adapters)",
@@ -251,6 +274,18 @@ def _fetch_parsers(sub: Any) -> None:
     chk.add_argument("dir", help="the adapter: a PEFT directory, or a directory holding one GGUF adapter file")
     _adapter_flags(chk, required=True)
     chk.set_defaults(func=cmd_adapter_check)
+    syn = ada_sub.add_parser(
+        "sync",
+        help="the adapters sidecar: fetch, check and load (and unload) the adapters a ConfigMap lists, on the "
+        "engine's run-time endpoints, for ever",
+    )
+    syn.add_argument("config", help="the ConfigMap's adapters.json, as mounted")
+    syn.add_argument("--engine", required=True, help="the engine's URL (http://127.0.0.1:8000)")
+    syn.add_argument("--served-name", required=True, help="the base model's served name (left out of the adapters)")
+    syn.add_argument("--port", type=int, default=8090, help="GET /ready and GET /adapters")
+    syn.add_argument("--interval", type=float, default=5.0, help="seconds between two passes")
+    _adapter_flags(syn, required=True)
+    syn.set_defaults(func=cmd_adapter_sync)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,6 +52,10 @@ class PodSummary:
     """The spec hash of the pod's template (render's annotation): which placement the pod belongs to."""
     volume_bound: bool = False
     """The scheduler's message blames a volume (a missing or unbound claim): moving elsewhere would not help."""
+    ip: str | None = None
+    """status.podIP: where the operator reads what the pod's engine serves (its LoRA adapters)."""
+    ready: bool = False
+    """The pod's Ready condition is True."""
 
 
 VOLUME_WORDS = ("persistentvolumeclaim", "volume")
@@ -157,6 +161,8 @@ def summarize(pod: Mapping[str, Any]) -> PodSummary | None:
         since,
         str(spec_hash) if spec_hash else None,
         volume_bound,
+        str(st["podIP"]) if st.get("podIP") else None,
+        any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or []),
     )
 
 

@@ -19,7 +19,7 @@ import yaml
 from inference_backend import autoscaling, images, routing
 from inference_backend.api import InferenceBackend
 from inference_backend.decision import Decision, InvalidSpec
-from inference_backend.engines import ENGINES, EngineContainer, card
+from inference_backend.engines import ENGINES, EngineContainer, card, lora
 from inference_backend.engines.artifacts import CACHE_VOLUME
 from inference_backend.engines.base import DRA_CLAIM, KubeRef
 from inference_backend.facts import ARCH_LABEL, DRA_POOL_ANNOTATION, dra_annotation, pod_selector, tolerates
@@ -388,6 +388,7 @@ def render_result(
     objects: list[Json] = [
         *claim,
         *weights_claim(ib, decision, lbl),
+        *_adapters_config(ib, c, lbl),
         deployment,
         *_service_and_pdb(ib, c, lbl, selector_labels(ib)),
         *_routing(ib, decision, selector_labels(ib), lbl, image_policy),
@@ -396,6 +397,23 @@ def render_result(
         target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
         objects.append(autoscaling.scaled_object(ib, engine, target, lbl, scaling))
     return Rendered(tuple(objects), c, digest, tuple(decision.unsupported) + c.unsupported, choice)
+
+
+def _adapters_config(ib: InferenceBackend, c: EngineContainer, lbl: dict[str, str]) -> list[Json]:
+    """The ConfigMap of the adapters the pods load while they serve (engines/lora.py runtime_served): its sidecar
+    reads it from the mounted volume, which the kubelet refreshes, so a change of spec.adapters reaches the running
+    pods without a new pod template."""
+    if c.adapters_config is None:
+        return []
+    meta = {"name": lora.config_map_name(ib.metadata.name), "namespace": ib.metadata.namespace or "default"}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {**meta, "labels": dict(lbl)},
+            "data": {lora.CONFIG_FILE: c.adapters_config},
+        }
+    ]
 
 
 def _scrape_annotations(c: EngineContainer) -> Json:

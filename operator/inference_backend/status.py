@@ -9,7 +9,7 @@ moves when its status changes, so an unchanged object yields an identical status
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from inference_backend.api.inferencebackend import Autoscaling
@@ -134,6 +134,8 @@ class Input:
     routing: Mapping[str, Any] | None = None
     """spec.routing.inferencePool: the InferencePool applied and its picker (status.routing), or why not (its CRD is
     missing: ``message``)."""
+    adapters: ServedAdapters | None = None
+    """spec.adapters loaded while the pods serve: status.adapters and the AdaptersLoaded condition."""
 
     @property
     def satisfiable(self) -> bool:
@@ -149,6 +151,8 @@ def build(inp: Input) -> dict[str, Any]:
     conditions.append(ready)
     if inp.scaler is not None:
         conditions.append(_condition("Autoscaling", *inp.scaler.condition()))
+    if inp.adapters is not None:
+        conditions.append(_condition("AdaptersLoaded", *inp.adapters.condition()))
     conditions.append(_condition("Reconciled", True, "Reconciled", RECONCILED))
     replicas = observed.replicas if observed else 0
     ready_replicas = observed.ready_replicas if observed else 0
@@ -292,6 +296,8 @@ def _notes(inp: Input) -> dict[str, Any]:
         out["autoscaling"] = inp.scaler.applied
     if inp.routing is not None:
         out["routing"] = dict(inp.routing)
+    if inp.adapters is not None:
+        out["adapters"] = adapters_entry(inp.adapters.replicas)
     if inp.rollout is not None and (rollout := inp.rollout.to_status()) is not None:
         said = (inp.previous or {}).get("rollout") or {}
         if inp.rollout.kept and said.get("strategy") == rollout["strategy"]:
@@ -374,3 +380,43 @@ def served_adapters(models: Mapping[str, Any], base: str) -> dict[str, str]:
 def adapters_entry(replicas: Sequence[Replica]) -> list[dict[str, Any]]:
     """status.adapters: the adapters each replica serves, by pod name."""
     return [{"pod": r.pod, "adapters": sorted(r.adapters)} for r in sorted(replicas, key=lambda r: r.pod)]
+
+
+@dataclass(frozen=True)
+class ServedAdapters:
+    """spec.adapters loaded while the pods serve (docs/adapters.md): the names wanted, what each ready replica's
+    engine lists, whether one has lacked a wanted adapter past the deadline, and the sidecars' errors (pod ->
+    adapter -> why)."""
+
+    wanted: tuple[str, ...]
+    replicas: tuple[Replica, ...]
+    overdue: bool = False
+    errors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def lacking(self) -> dict[str, list[str]]:
+        """pod -> the wanted adapters its engine does not list."""
+        out = {r.pod: sorted(set(self.wanted) - set(r.adapters)) for r in self.replicas}
+        return {pod: names for pod, names in sorted(out.items()) if names}
+
+    def condition(self) -> tuple[bool | None, str, str]:
+        """(status, reason, message) of the AdaptersLoaded condition."""
+        if not self.replicas:
+            return None, "NoReplica", "no ready replica has answered GET /v1/models yet"
+        lacking = self.lacking()
+        if not lacking:
+            n, wanted = len(self.replicas), len(self.wanted)
+            return True, "Loaded", f"every ready replica ({n}) serves the {wanted} adapter(s) of spec.adapters"
+        said = "; ".join(f"{pod} lacks {', '.join(names)}" for pod, names in lacking.items())
+        if not self.overdue:
+            return False, "Loading", f"{said} (its adapters sidecar fetches and loads them)"
+        why = "; ".join(
+            f"{pod}: {name}: {error}"
+            for pod, names in lacking.items()
+            for name in names
+            if (error := (self.errors.get(pod) or {}).get(name))
+        )
+        return (
+            False,
+            "AdapterMissing",
+            f"{said}, past the deadline" + (f"; {why}" if why else "") + (" (spec.adapters)"),
+        )

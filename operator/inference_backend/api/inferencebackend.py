@@ -620,6 +620,15 @@ class RoutingStatus(ApiModel):
     (the engine exports no such metric, its prefix cache is off, no spec.adapters)."""
 
 
+class ReplicaAdapters(ApiModel):
+    """The LoRA adapters one serving pod's engine lists (its GET /v1/models)."""
+
+    pod: str = Field(max_length=253)
+    """The pod's name."""
+    adapters: list[Annotated[str, Field(max_length=MAX_STR)]] = Field(default_factory=list, max_length=256)
+    """The adapter names it serves, sorted."""
+
+
 class InferenceBackendStatus(ApiModel):
     """Observed state, written by the operator only."""
 
@@ -645,13 +654,17 @@ class InferenceBackendStatus(ApiModel):
     spec_hash: str | None = Field(default=None, max_length=128)
     """Hash of the rendered pod template last applied."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
-    """BackendSelected, Fits, SpeculativeDecoding, Ready, Reconciled and (with spec.autoscaling) Autoscaling."""
+    """BackendSelected, Fits, SpeculativeDecoding, Ready, Reconciled, (with spec.autoscaling) Autoscaling and (with
+    adapters loaded while the pods serve) AdaptersLoaded."""
     rollout: RolloutStatus | None = None
     """The strategy of the Deployment's rollouts, and why."""
     autoscaling: AutoscalingStatus | None = None
     """The autoscaler rendered for spec.autoscaling (absent without it)."""
     routing: RoutingStatus | None = None
     """The InferencePool and endpoint picker of spec.routing.inferencePool (absent without it)."""
+    adapters: list[ReplicaAdapters] | None = Field(default=None, max_length=1024)
+    """spec.adapters loaded while the pods serve (docs/adapters.md): the adapters each ready replica serves, read
+    from its engine (absent where the adapters are given at start)."""
 
 
 class InferenceBackend(ApiModel):

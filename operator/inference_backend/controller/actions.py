@@ -136,6 +136,9 @@ CHILDREN: tuple[ChildKind, ...] = (
     # that is not a workload was.
     ChildKind("ResourceClaimTemplate"),
     ChildKind("PersistentVolumeClaim"),
+    # The adapters loaded while the pods serve (engines/lora.py runtime_served): applied before the workload whose
+    # sidecar mounts it; indexed (handlers.configmaps), so applied again only when the list changes.
+    ChildKind("ConfigMap"),
     ChildKind("Deployment", workload=True, follows=False, name=lambda n: n, hands_off_replicas=True),
     ChildKind(
         "LeaderWorkerSet", workload=True, follows=False, name=lws_name, crd=LWS_CRD, missing=_lws_missing, stop=True

@@ -168,6 +168,20 @@ async def replicas(pods: Iterable[tuple[str, str]], base: str, engines: EngineCl
     return out
 
 
+async def sidecar_errors(pods: Iterable[tuple[str, str]], engines: EngineClient) -> dict[str, dict[str, str]]:
+    """pod -> adapter -> why its adapters sidecar could not fetch, check or load it (``GET /adapters`` of each
+    (pod, sidecar URL); a sidecar that does not answer is left out)."""
+    out: dict[str, dict[str, str]] = {}
+    for pod, url in pods:
+        try:
+            report = await engines.get_json(url + "/adapters")
+        except Exception as exc:
+            log.debug("%s: sidecar /adapters: %s", pod, exc)
+            continue
+        out[pod] = {str(k): str(v) for k, v in (report.get("errors") or {}).items()}
+    return out
+
+
 async def call_engines(calls: Sequence[EngineCall], engines: EngineClient) -> list[str]:
     """Carry out adapter loads and unloads (controller.adapters.adapter_calls) in order; what failed, one line each
     (said in the status; the next reconcile plans again from what the replicas then serve)."""

@@ -64,7 +64,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
     settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
-    names = ("models", "deployments", "services", "pdbs", "backends", "pods", "lws")
+    names = ("models", "deployments", "services", "pdbs", "backends", "pods", "lws", "configmaps")
     state = OperatorState(Indexes(**{name: kwargs[name] for name in names}), config)
     memo.state = state
     state.start()
@@ -116,6 +116,12 @@ async def services(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Chil
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def pdbs(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    return _child(body)
+
+
+@kopf.index("", "v1", "configmaps", labels=MANAGED)
+async def configmaps(body: kopf.Body, **_: Any) -> dict[tuple[str, str, str], Child]:
+    """The adapters' ConfigMaps (their applied hash: applied again only when the list changes)."""
     return _child(body)
 
 

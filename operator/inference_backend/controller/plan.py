@@ -19,6 +19,7 @@ from inference_backend import autoscaling
 from inference_backend.api import InferenceBackend, InferenceBackendSpec
 from inference_backend.capacity import Shortfall, shortfall, wanted
 from inference_backend.controller.world import Child, World
+from inference_backend.engines import lora
 from inference_backend.facts import Pool
 from inference_backend.manifests import explain
 from inference_backend.pods import stuck_since
@@ -57,6 +58,16 @@ class Plan:
         """GPUs per replica of the decided placement (0 without one)."""
         d = self.decision
         return d.placement.gpus_per_replica if d is not None and d.placement is not None else 0
+
+    @property
+    def runtime_adapters(self) -> tuple[str, ...] | None:
+        """The adapters the pods load while they serve (the ConfigMap their sidecar reads: engines/lora.py), or
+        None where they are given at start."""
+        for manifest, _ in self.manifests:
+            if manifest["kind"] == "ConfigMap" and lora.CONFIG_FILE in (manifest.get("data") or {}):
+                listed = json.loads(manifest["data"][lora.CONFIG_FILE])["adapters"]
+                return tuple(str(a["name"]) for a in listed)
+        return None
 
     @property
     def surging(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -27,16 +27,32 @@ from inference_backend.capacity import Shortfall
 from inference_backend.controller import metrics
 from inference_backend.controller import plan as planning
 from inference_backend.controller.actions import Actions, Workloads, kept, live_workloads, plan_writes
-from inference_backend.controller.execute import Executed, ReconcileFailure, execute, write_status
+from inference_backend.controller.engine_http import EngineClient
+from inference_backend.controller.execute import (
+    Executed,
+    ReconcileFailure,
+    execute,
+    replicas,
+    sidecar_errors,
+    write_status,
+)
 from inference_backend.controller.kube import Writer
 from inference_backend.controller.plan import Plan, Reservation
 from inference_backend.controller.world import Recent, World
 from inference_backend.decision import Decision
+from inference_backend.engines import lora
+from inference_backend.engines.base import HTTP_PORT
 from inference_backend.pods import PodProblem, worst
 from inference_backend.render import selector_string
 from inference_backend.routing import picker_name_of
 
 log = logging.getLogger(__name__)
+ADAPTERS_RESYNC = 15.0
+"""Seconds between two reads of the adapters each pod serves, for a backend whose pods load them while they serve
+(a restarted pod, or one that could not fetch one yet, is seen within this)."""
+ADAPTERS_DEADLINE = 300.0
+"""Seconds a ready pod may lack a wanted adapter (fetching and loading it) before AdaptersLoaded says
+AdapterMissing with its sidecar's error."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +83,17 @@ def _now() -> str:
 
 
 async def reconcile(
-    body: Mapping[str, Any], world: World, writer: Writer, trigger: str, recent: Recent | None = None
+    body: Mapping[str, Any],
+    world: World,
+    writer: Writer,
+    trigger: str,
+    recent: Recent | None = None,
+    engines: EngineClient | None = None,
 ) -> Outcome:
+    """``engines``: HTTP to the serving pods (the adapters each serves, for status.adapters); None reads none."""
     started = time.perf_counter()
     try:
-        outcome = await _reconcile(body, world, writer, recent or Recent(), trigger)
+        outcome = await _reconcile(body, world, writer, recent or Recent(), trigger, engines)
     except Exception:
         metrics.RECONCILES.labels(trigger, "error").inc()
         raise
@@ -81,7 +103,9 @@ async def reconcile(
     return outcome
 
 
-async def _reconcile(body: Mapping[str, Any], world: World, writer: Writer, recent: Recent, trigger: str) -> Outcome:
+async def _reconcile(
+    body: Mapping[str, Any], world: World, writer: Writer, recent: Recent, trigger: str, engines: EngineClient | None
+) -> Outcome:
     meta = body["metadata"]
     owner = (str(meta["namespace"]), str(meta["name"]))
     generation = int(meta.get("generation") or 1)
@@ -95,22 +119,25 @@ async def _reconcile(body: Mapping[str, Any], world: World, writer: Writer, rece
     held = planning.reservation(plan, world, owner, serving=before.serving)
     freed = world.ledger.set(owner, held.hold) if world.ledger is not None and held.change else False
     workloads = live_workloads(world, owner, plan)
-    actions, executed = Actions(), Executed()
+    actions, executed, adapters = Actions(), Executed(), None
     if plan.satisfiable and held.waiting is None:
         assert plan.decision is not None
         metrics.DECISIONS.labels(plan.decision.backend).inc()
         actions = plan_writes(plan, owner, world, previous, recent, workloads, now)
         executed = await execute(actions.writes, plan, writer, body)
         _remember(recent, executed, now)
+        adapters = await _served_adapters(plan, owner, world, recent, engines, now)
     elif plan.decision is not None and not plan.decision.satisfiable:
         metrics.UNSATISFIABLE.inc()
     elif held.waiting is not None:
         actions = Actions(recorded=kept(plan, previous))
-    new_status = status.build(_status_input(plan, body, previous, world, workloads, held, actions, executed))
+    inp = _status_input(plan, body, previous, world, workloads, held, actions, executed)
+    new_status = status.build(replace(inp, adapters=adapters))
     written = await write_status(writer, owner, previous, new_status)
     if written:
         recent.statuses[owner] = new_status
-    for retry in (actions.retry_after, executed.retry_after):
+    resync = ADAPTERS_RESYNC if plan.runtime_adapters is not None and plan.satisfiable else None
+    for retry in (actions.retry_after, executed.retry_after, resync):
         if retry is not None:
             recheck = retry if recheck is None else min(recheck, retry)
     pods = worst(world.pods.get(owner, ())) if before.serving else None
@@ -126,6 +153,30 @@ async def _reconcile(body: Mapping[str, Any], world: World, writer: Writer, rece
         recheck,
         held.overcommitted,
     )
+
+
+async def _served_adapters(
+    plan: Plan, owner: tuple[str, str], world: World, recent: Recent, engines: EngineClient | None, now: float
+) -> status.ServedAdapters | None:
+    """What each ready pod's engine serves of the adapters loaded while it serves (its GET /v1/models), and, once a
+    pod has lacked one for ADAPTERS_DEADLINE, what its adapters sidecar says of it (GET /adapters)."""
+    wanted = plan.runtime_adapters
+    if wanted is None or engines is None or plan.decision is None or plan.decision.model is None:
+        recent.adapters_lacking.pop(owner, None)
+        return None
+    ready = sorted((p.name, p.ip) for p in world.pods.get(owner, ()) if p.ready and p.ip)
+    base = plan.decision.model.served_name or owner[1]
+    served = status.ServedAdapters(
+        wanted, tuple(await replicas([(n, f"http://{ip}:{HTTP_PORT}") for n, ip in ready], base, engines))
+    )
+    lacking = served.lacking()
+    if not lacking:
+        recent.adapters_lacking.pop(owner, None)
+        return served
+    if now - recent.adapters_lacking.setdefault(owner, now) < ADAPTERS_DEADLINE:
+        return served
+    sidecars = [(n, f"http://{ip}:{lora.SYNC_PORT}") for n, ip in ready if n in lacking]
+    return replace(served, overdue=True, errors=await sidecar_errors(sidecars, engines))
 
 
 def _plan(body: Mapping[str, Any], world: World, previous: Mapping[str, Any], recent: Recent, stuck: Any) -> Plan:

@@ -29,6 +29,7 @@ from inference_backend.capacity import GpuLedger
 from inference_backend.controller import config as configuration
 from inference_backend.controller import events, metrics
 from inference_backend.controller.config import Config
+from inference_backend.controller.engine_http import EngineClient, EngineHttp
 from inference_backend.controller.execute import ReconcileFailure, post, write_status
 from inference_backend.controller.kube import Kube, Writer, describe_error
 from inference_backend.controller.nodewatch import NodeClasses
@@ -44,6 +45,8 @@ ALL = "*"
 PASS_DUTY = 4.0
 """A pass over every backend waits at least this many times as long as the last one took: nodes changing without
 pause (5,000 nodes losing their not-ready taints one by one) cost the operator at most a fifth of a core."""
+ENGINE_READ_TIMEOUT = 10.0
+"""Seconds for one read of a pod's GET /v1/models (a pod that does not answer is left out of status.adapters)."""
 log = logging.getLogger(__name__)
 
 
@@ -60,6 +63,8 @@ class Indexes:
     """(namespace, InferenceBackend) -> the slim summaries of its pods (inference_backend.pods)."""
     lws: Mapping[Any, Any] = field(default_factory=dict)
     """The LeaderWorkerSets of multi-node backends (empty, and unwatched, on a cluster without the LWS CRD)."""
+    configmaps: Mapping[Any, Any] = field(default_factory=dict)
+    """The ConfigMaps of the adapters loaded while the pods serve (engines/lora.py)."""
 
 
 class Children(Mapping[tuple[str, str, str], Child]):
@@ -99,6 +104,8 @@ class OperatorState:
         self.config = config
         self.writer: Writer = writer or Kube()
         self.recent = Recent()
+        self.engines: EngineClient = EngineHttp(timeout=ENGINE_READ_TIMEOUT)
+        """HTTP to the serving pods: the adapters each serves (status.adapters)."""
         self.nodes = NodeClasses()
         self.gpus = GpuLedger()
         """GPUs reserved per backend, taken at decision time (inference_backend.capacity); rebuilt from the
@@ -227,7 +234,7 @@ class OperatorState:
     def world(self) -> World:
         grouped = self.nodes.grouped()
         ix = self.indexes
-        children = Children(ix.deployments, ix.lws, ix.services, ix.pdbs)
+        children = Children(ix.deployments, ix.lws, ix.services, ix.pdbs, ix.configmaps)
         version = (self.nodes.version, self.models_version)
         return World(
             grouped,
@@ -278,7 +285,7 @@ class OperatorState:
             return  # most likely the echo of our own failure status: the backoff's retry comes in its time
         before = events.placement(self.recent.statuses.get(key) or body.get("status") or {})
         try:
-            outcome = await reconcile_one(body, self.world(), self.writer, trigger, self.recent)
+            outcome = await reconcile_one(body, self.world(), self.writer, trigger, self.recent, self.engines)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # API errors, timeouts, planning bugs: retried with backoff, never a crash loop

@@ -154,6 +154,8 @@ class Recent:
     statuses: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     plans: dict[tuple[str, str], Any] = field(default_factory=dict)
     """The last plan of each backend (controller.plan.Plan), reused while its inputs are unchanged."""
+    adapters_lacking: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Since when a ready replica of the backend has lacked one of the adapters it loads while it serves."""
 
     def applied_lately(self, key: tuple[str, str, str], wanted: str, now: float) -> bool:
         entry = self.applied.get(key)

@@ -169,6 +169,9 @@ class EngineContainer:
     worker_args: tuple[str, ...] | None = None
     """A multi-node placement: the args of the worker pods (LeaderWorkerSet worker template; ``args`` are the
     leader's); None on one node."""
+    adapters_config: str | None = None
+    """spec.adapters loaded while the engine serves (engines/lora.py runtime_served): the adapters.json of the
+    ConfigMap its sidecar reads, which render.py emits beside the workload; None otherwise."""
     worker_serves_health: bool = False
     """The worker pods answer the health endpoint too (SGLang's non-zero ranks run a health server; vLLM's headless
     workers serve no HTTP): probes on the workers only then."""

@@ -240,6 +240,9 @@ class Lora:
     by_index: bool = False
     """A request names an adapter by its index in spec.adapters (llama-server's ``lora`` field), not by its name in
     the OpenAI ``model`` field: the decision then publishes each name's index (``Adapters.lora_ids``)."""
+    runtime_switch: str = ""
+    """The environment variable that turns ``runtime`` on (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING), set where the
+    operator loads adapters at run time (engines/lora.py ``runtime``); "" where it does not."""
 
 
 NO_LORA_SOURCE = "this engine's module"

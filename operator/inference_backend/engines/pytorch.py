@@ -82,6 +82,7 @@ LORA = Lora(
     "architecture and module PEFT adapts, DoRA included); the prefix cache is kept per adapter; "
     "runners/common/lora_updates.py: the run-time endpoints",
     info_metric="vllm:lora_requests_info",
+    runtime_switch="VLLM_ALLOW_RUNTIME_LORA_UPDATING",
     info_metric_source="runners/common/metrics.py of this repository, vLLM 0.33.0's name and labels "
     "(v1/metrics/loggers.py); max_lora is --max-batch-size (each row may run its own adapter)",
 )

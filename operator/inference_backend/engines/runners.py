@@ -6,6 +6,7 @@ runners/pytorch/args.py and runners/onnx/args.py of this repository (the runners
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from inference_backend import __version__
 from inference_backend.api.inferencebackend import InferenceBackendSpec
@@ -94,16 +95,20 @@ def container(
     adapters = lora.Served((), ())
     if decision.adapters.items:
         assert lora_card is not None and lora_card.serves  # the selection never places adapters on the others
-        adapters = lora.served(decision, lora_card)
-        # pytorch/args.py --adapter NAME=PATH (repeatable): a PEFT adapter served under NAME (the `model` field)
-        for adapter_name, path in adapters.paths:
-            a.add("--adapter", f"{adapter_name}={path}", source="spec.adapters")
+        if lora.runtime(decision, lora_card):
+            # common/lora_updates.py: the sidecar loads each through /v1/load_lora_adapter (vLLM's switch on)
+            adapters = lora.runtime_served(decision, lora_card, name, served_name(decision, name))
+        else:
+            adapters = lora.served(decision, lora_card)
+            # pytorch/args.py --adapter NAME=PATH (repeatable): a PEFT adapter served under NAME (the `model` field)
+            for adapter_name, path in adapters.paths:
+                a.add("--adapter", f"{adapter_name}={path}", source="spec.adapters")
 
     art_env, art_vols, art_mounts, init = artifact_parts(art, draft_art, *adapters.artifacts)
     shm_vols, shm_mounts = shm_volume(decision)
     env = art_env
     # common/server.py: GET /health (503 until loaded), GET /metrics on the API port
-    return assemble(
+    engine_container = assemble(
         engine=engine,
         version=VERSION,
         image=image,
@@ -119,6 +124,7 @@ def container(
         volumes=merge_named(art_vols, shm_vols),
         mounts=merge_named(art_mounts, shm_mounts),
     )
+    return replace(engine_container, adapters_config=adapters.config)
 
 
 # runners/common/metrics.py: vLLM's names, types and buckets (docs/metrics.md; checked against vLLM 0.33.0 by

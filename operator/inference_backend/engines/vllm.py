@@ -10,6 +10,7 @@ test parses these args with the real 0.33.0 parser (hack/vllm-venv); where 0.33.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Decision, InvalidSpec, ResolvedModel
@@ -115,7 +116,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         # VllmConfig.speculative_config (JSON; SpeculativeConfig keys method, model, num_speculative_tokens,
         # prompt_lookup_max, prompt_lookup_min)
         a.add("--speculative-config", spec_cfg, source="spec.speculativeDecoding")
-    adapters = _adapters(decision, a)
+    adapters = _adapters(decision, a, name)
     worker = _multi_node(a, placement(decision).pipeline_parallel)
 
     parts = cached_pod_parts(decision, art, draft_art, *adapters.artifacts)
@@ -127,7 +128,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         parts.env,
     )
     # GET /health (openai/api_server.py); the Prometheus app is mounted at /metrics on the API port.
-    return assemble(
+    engine = assemble(
         engine=ENGINE,
         version=VERSION,
         image=device_image(decision, DEVICES),
@@ -144,6 +145,7 @@ def container(decision: Decision, spec: InferenceBackendSpec, name: str) -> Engi
         mounts=parts.mounts,
         worker=worker,
     )
+    return replace(engine, adapters_config=adapters.config)
 
 
 def _model_args(a: ArgBuilder, decision: Decision, art: artifacts.Artifact, name: str) -> None:
@@ -201,23 +203,40 @@ MAX_GPU_LORAS = 8
 CPU memory (--max-cpu-loras) and swap in."""
 
 
-def _adapters(decision: Decision, a: ArgBuilder) -> lora.Served:
+def _adapters(decision: Decision, a: ArgBuilder, name: str) -> lora.Served:
     """spec.adapters: config/lora.py LoRAConfig (--enable-lora, --max-loras, --max-lora-rank, --max-cpu-loras) and
     entrypoints/openai/cli_args.py --lora-modules NAME=PATH (nargs='+'): each served under its name in the OpenAI
-    ``model`` field."""
+    ``model`` field. Loaded at run time (lora.runtime: VLLM_ALLOW_RUNTIME_LORA_UPDATING, the sidecar posts
+    /v1/load_lora_adapter) the names are not in the args and the slots are rounded up (:func:`lora_slots`), so a
+    change of the list within them changes no pod template."""
     chosen = decision.adapters
     if not chosen.items:
         return lora.Served((), ())
-    served = lora.served(decision, LORA)
     src = "spec.adapters"
+    at_runtime = lora.runtime(decision, LORA)
+    if at_runtime:
+        served = lora.runtime_served(decision, LORA, name, served_name(decision, name))
+    else:
+        served = lora.served(decision, LORA)
     a.add("--enable-lora", source=src)
-    a.add("--lora-modules", *(f"{name}={path}" for name, path in served.paths), source=src)
-    slots = min(len(served.paths), MAX_GPU_LORAS)
+    if not at_runtime:
+        a.add("--lora-modules", *(f"{n}={path}" for n, path in served.paths), source=src)
+    slots, cpu = lora_slots(len(served.paths), at_runtime)
     a.add("--max-loras", slots, source=src)
-    if len(served.paths) > slots:
-        a.add("--max-cpu-loras", len(served.paths), source=src)
+    if cpu is not None:
+        a.add("--max-cpu-loras", cpu, source=src)
     a.add("--max-lora-rank", chosen.max_rank, source="spec.adapters[].rank")
     return served
+
+
+def lora_slots(adapters: int, at_runtime: bool) -> tuple[int, int | None]:
+    """(--max-loras, --max-cpu-loras or None): as many GPU slots as adapters up to MAX_GPU_LORAS, the rest in CPU
+    memory. Loaded at run time both are rounded up to a power of two (1, 2, 4, 8; then 16, 32, ...), so adding or
+    removing an adapter rolls out only when the count crosses one; beyond the CPU slots vLLM still serves every
+    loaded adapter, swapping it in from its path (vllm/lora/worker_manager.py LRUCacheWorkerLoRAManager)."""
+    count = adapters if not at_runtime else 1 << max(adapters - 1, 0).bit_length()
+    slots = min(count, MAX_GPU_LORAS)
+    return slots, (count if count > slots else None)
 
 
 MASTER_PORT = 29501
@@ -417,6 +436,7 @@ LORA = Lora(
     dora=False,
     source=_LORA_SRC,
     info_metric="vllm:lora_requests_info",
+    runtime_switch="VLLM_ALLOW_RUNTIME_LORA_UPDATING",
     info_metric_source=f"vllm/v1/metrics/loggers.py (PrometheusStatLogger, with --enable-lora), vLLM {VERSION}",
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import Adapters, ResolvedAdapter, ResolvedModel
 from inference_backend.engines.card import EngineCard
+from inference_backend.engines.lora import RUNTIME_SCHEMES
 
 
 def lora_refusal(caps: EngineCard, spec: InferenceBackendSpec, model: ResolvedModel) -> str:
@@ -61,7 +62,17 @@ def adapter_plan(spec: InferenceBackendSpec, caps: EngineCard) -> tuple[Adapters
     by_id = "".join(f'; {name}: "lora": [{{"id": {i}, "scale": 1.0}}]' for name, i in ids or ())
     reasons = [
         f"adapters: {len(items)} LoRA adapter(s) ({', '.join(a.name for a in items)}) served by {caps.name}: "
-        f"{lo.how}{by_id}; rank limit {limit} ({how}; the fetch step checks each adapter's files against it); a "
-        "change of the list rolls the pods out"
+        f"{lo.how}{by_id}; rank limit {limit} ({how}; the fetch step checks each adapter's files against it); "
+        + _changes(lo.runtime_switch, items)
     ]
     return Adapters(items, limit, ids), reasons
+
+
+def _changes(switch: str, items: tuple[ResolvedAdapter, ...]) -> str:
+    """What a change of spec.adapters does (engines/lora.py runtime: the adapters sidecar on one node)."""
+    if switch and all(a.uri.partition("://")[0] in RUNTIME_SCHEMES for a in items):
+        return (
+            f"loaded while the pods serve ({switch}; the adapters sidecar fetches and loads each one its ConfigMap "
+            "lists): a change of the list rolls nothing out unless the limits rendered change (one node only)"
+        )
+    return "a change of the list rolls the pods out"
