@@ -48,6 +48,9 @@ PLURAL = "inferencebackends"
 POD_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY},{COMPONENT_LABEL} in ({COMPONENT},{WORKER_COMPONENT})"
 """Server-side label selector of the pod watch: the labels render puts on every pod template (a LeaderWorkerSet's
 workers carry the worker component); no other pod of the cluster reaches the operator."""
+CONFIGMAP_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+"""Server-side label selector of the ConfigMap watch (the adapters' ConfigMaps, engines/lora.py): a cluster's other
+ConfigMaps (one kube-root-ca.crt per namespace at least) never reach the operator."""
 log = logging.getLogger(__name__)
 
 
@@ -64,6 +67,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any)
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
     settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
+    settings.watching.label_selectors["v1", "configmaps"] = CONFIGMAP_SELECTOR
     names = ("models", "deployments", "services", "pdbs", "backends", "pods", "lws", "configmaps")
     state = OperatorState(Indexes(**{name: kwargs[name] for name in names}), config)
     memo.state = state
