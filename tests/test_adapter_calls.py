@@ -136,6 +136,17 @@ def test_adapters_loaded_condition(
     ]
 
 
+def test_an_adapter_missing_past_the_deadline_is_a_warning_event() -> None:
+    from inference_backend.controller import events
+
+    missing = ServedAdapters(("a",), (_r("p0"),), True, {"p0": {"a": "fetching s3://x/a/: 403"}}).condition()
+    loading = ServedAdapters(("a",), (_r("p0"),)).condition()
+    for (_, reason, message), posted in ((missing, 1), (loading, 0)):
+        st = {"conditions": [{"type": "AdaptersLoaded", "status": "False", "reason": reason, "message": message}]}
+        got = events.reconciled(None, None, None, 0, st, events.placement(st))
+        assert got == [events.Event("Warning", "AdapterMissing", message)] * posted
+
+
 def test_pod_summary_keeps_its_address_and_readiness() -> None:
     pod = {
         "metadata": {"name": "p0", "namespace": "ns"},

@@ -2,6 +2,7 @@
 
 - after a reconcile whose status was written: a Warning for an invalid spec, a placement waiting for capacity or an
   unsatisfiable spec, or a Normal ``Selected`` when the placement changed (engine, devices, or landing after a wait);
+- a Warning ``AdapterMissing`` when a replica has lacked a LoRA adapter it loads while it serves past the deadline;
 - the worst pod problem the Ready condition shows, once per change of it;
 - a failed reconcile: a Warning on the first attempt and every tenth, so Events stay bounded.
 """
@@ -44,8 +45,27 @@ def reconciled(
     status: Mapping[str, Any],
     before: tuple[Any, ...],
 ) -> list[Event]:
-    """The Event of a reconcile that wrote the status (``before``: :func:`placement` of the status before it;
-    ``waiting``: the capacity the placement waits for)."""
+    """The Events of a reconcile that wrote the status (``before``: :func:`placement` of the status before it;
+    ``waiting``: the capacity the placement waits for), and a Warning while a replica lacks an adapter past the
+    deadline (AdaptersLoaded=False, AdapterMissing: posted when that message changes, as the status is written)."""
+    return _decision(decision, error, waiting, applied, status, before) + _adapters(status)
+
+
+def _adapters(status: Mapping[str, Any]) -> list[Event]:
+    cond: Mapping[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "AdaptersLoaded"), {})
+    return (
+        [Event("Warning", "AdapterMissing", str(cond.get("message")))] if cond.get("reason") == "AdapterMissing" else []
+    )
+
+
+def _decision(
+    decision: Decision | None,
+    error: str | None,
+    waiting: Shortfall | None,
+    applied: int,
+    status: Mapping[str, Any],
+    before: tuple[Any, ...],
+) -> list[Event]:
     if error:
         return [Event("Warning", "InvalidSpec", error)]
     if waiting is not None and decision is not None:
