@@ -22,9 +22,13 @@ class EngineClient(Protocol):
         ...
 
 
+CONNECT_TIMEOUT = 3.0
+"""Seconds to connect: a pod address that does not route (a NetworkPolicy, a node gone) fails fast."""
+
+
 class EngineHttp:
     def __init__(self, timeout: float = TIMEOUT) -> None:
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.timeout = aiohttp.ClientTimeout(total=timeout, connect=min(timeout, CONNECT_TIMEOUT))
 
     async def post(self, url: str, body: dict[str, Any]) -> tuple[int, str]:
         async with aiohttp.ClientSession(timeout=self.timeout) as session, session.post(url, json=body) as r:

@@ -9,6 +9,7 @@ reconcile that ran to its end and for one that failed) and posts Events. Every f
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,17 +156,20 @@ async def write_status(
 
 
 async def replicas(pods: Iterable[tuple[str, str]], base: str, engines: EngineClient) -> list[status.Replica]:
-    """Each (pod, engine URL)'s adapters, read from its ``GET /v1/models``; a pod that does not answer is left out
-    (it is not serving yet, or any more)."""
-    out = []
-    for pod, url in pods:
+    """Each (pod, engine URL)'s adapters, read from its ``GET /v1/models``, all pods at once (a pod that does not
+    answer costs the reconcile one timeout, not one per pod); a pod that does not answer is left out (it is not
+    serving yet, or any more)."""
+
+    async def one(pod: str, url: str) -> status.Replica | None:
         try:
             models = await engines.get_json(url + "/v1/models")
         except Exception as exc:
             log.debug("%s: /v1/models: %s", pod, exc)
-            continue
-        out.append(status.Replica(pod, url, status.served_adapters(models, base)))
-    return out
+            return None
+        return status.Replica(pod, url, status.served_adapters(models, base))
+
+    found = await asyncio.gather(*(one(pod, url) for pod, url in pods))
+    return [r for r in found if r is not None]
 
 
 async def sidecar_errors(pods: Iterable[tuple[str, str]], engines: EngineClient) -> dict[str, dict[str, str]]:
