@@ -14,7 +14,7 @@ from inference_backend.facts import HardwareClass
 from inference_backend.memory import QUANT_BYTES
 from inference_backend.selection import select
 from inference_backend.selection.estimate import Replica, estimate
-from inference_backend.selection.workload import Device, Efficiency, Shape, Workload, predict
+from inference_backend.selection.workload import Device, Efficiency, Shape, Workload, predict, step_s
 
 REFERENCE = Profile(
     ttft_ms=210_000,
@@ -111,6 +111,20 @@ def test_roofline_memory_bound_at_small_batch_compute_bound_at_large() -> None:
     # prefill is compute-bound: the TTFT of a long prompt follows FLOPs, not bandwidth
     long = predict(shape, dev, eff, Workload(8192, 1, concurrency=1), 1e9, "")
     assert long.ttft_ms > 2 * 8e9 * 8192 / 500e12 * 1000
+
+
+def test_the_kv_share_slows_only_the_reads_that_grow_with_context() -> None:
+    """Efficiency.kv rates the attention's KV reads apart from the weights': a step at 1,000 tokens of context reads
+    16 GB of weights and 131 MB of KV; with the KV read at a tenth of the weights' share the KV's part of the step
+    is 10x longer, and a step with no context left to read is unchanged."""
+    shape = Shape(8e9, 8e9, 32, 4096, 16e9, 131072)
+    dev = Device(1, 2e12, 500e12)
+    same = Efficiency(1.0, 1.0, 0.0, 0.0, 0.0, "test")
+    slow = Efficiency(1.0, 1.0, 0.0, 0.0, 0.0, "test", kv=0.1)
+    weights_s, kv_s = 16e9 / 2e12, 1000 * 131072 / 2e12
+    assert step_s(shape, dev, same, 1, 0, 1000, 1) == pytest.approx(weights_s + kv_s)
+    assert step_s(shape, dev, slow, 1, 0, 1000, 1) == pytest.approx(weights_s + 10 * kv_s)
+    assert step_s(shape, dev, slow, 1, 0, 0, 1) == pytest.approx(step_s(shape, dev, same, 1, 0, 0, 1))
 
 
 def test_beyond_the_batch_cap_requests_queue_and_a_rate_above_capacity_saturates() -> None:

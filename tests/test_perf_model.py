@@ -8,7 +8,7 @@ import statistics
 from bench import perf_model
 
 # The bounds this code meets with a small margin (docs/engine-profiles.md, "Calibration set and measured error":
-# median 0.19 / 0.24, 91.2% / 93.4% within 2x when written). The issue's targets, a median |log2| of 0.32 and 90%
+# median 0.18 / 0.24, 92.2% / 93.9% within 2x when written). The issue's targets, a median |log2| of 0.32 and 90%
 # of the figures within 2x, hold on both sets.
 MEDIAN = {"fitted": 0.22, "held-out": 0.27}
 WITHIN_2X = {"fitted": 0.90, "held-out": 0.93}
@@ -37,8 +37,28 @@ def test_the_model_error_is_bounded_on_fitted_and_held_out_rows() -> None:
 
 
 def test_engines_and_gpus_rank_as_measured_in_most_pairs() -> None:
-    agree, total, bad = perf_model.rankings([c for cs in _cases().values() for c in cs])
-    assert total >= 20 and agree / total >= 0.93, bad  # 224 of 236 when written
+    r = perf_model.rankings([c for cs in _cases().values() for c in cs])
+    assert r.total >= 20 and r.agree / r.total >= 0.95, r.bad  # 226 of 236 (15 ties) when written
+
+
+def test_only_pairs_measured_within_the_tie_rule_are_ties() -> None:
+    """A pair whose measured tokens/s differ by less than TIE (about 5%) agrees whichever way the estimate orders
+    it and is listed as a tie; every pair listed as disagreeing differs by more."""
+    import math
+    import re
+
+    r = perf_model.rankings([c for cs in _cases().values() for c in cs])
+    figures = re.compile(r"measured ([0-9.e+]+) / ([0-9.e+]+), estimated ([0-9.e+]+) / ([0-9.e+]+)")
+
+    def gap(line: str) -> tuple[float, bool]:
+        m = figures.search(line)
+        assert m, line
+        ma, mb, ea, eb = (float(x) for x in m.groups())
+        return abs(math.log(ma / mb)), (ea > eb) == (ma > mb)
+
+    assert r.ties and all(gap(t)[0] < perf_model.TIE * 1.01 for t in r.ties)
+    assert all(gap(b)[0] >= perf_model.TIE * 0.99 and not gap(b)[1] for b in r.bad)
+    assert r.agree == r.total - len(r.bad)
 
 
 def test_70b_on_h100_at_a_published_saturated_load_plans_the_gpus_the_throughput_implies() -> None:
@@ -56,8 +76,8 @@ def test_mi300x_and_tgi_rank_as_the_published_rows_rank_them() -> None:
     """Pairs of rows on the same model and load where one side is an MI300X (against another GPU, same engine) or
     TGI (against another engine, same GPU): the estimate orders their tokens/s as the measurement does."""
     cases = [c for cs in _cases().values() for c in cs]
-    agree, total, bad = perf_model.rankings(cases, involving=("AMD_Instinct_MI300X_OAM", "tgi"))
-    assert total >= 5 and agree / total >= 0.7, bad  # 35 of 43 pairs (MI300X 30/37, TGI 5/6) when written
+    r = perf_model.rankings(cases, involving=("AMD_Instinct_MI300X_OAM", "tgi"))
+    assert r.total >= 5 and r.agree / r.total >= 0.8, r.bad  # 37 of 43 pairs (MI300X 32/37, TGI 5/6) when written
 
 
 def test_a_replicas_most_throughput_is_the_peak_over_concurrency_not_its_value_at_the_kv_limit() -> None:

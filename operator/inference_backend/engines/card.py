@@ -98,6 +98,12 @@ class Efficiency:
     """The most memory bandwidth per device (GB/s) its decode kernels draw, whatever the part offers (0: no such
     ceiling): kernels that keep too few bytes in flight to fill HBM (llama.cpp's matrix-vector kernels, one block
     per row) stop near this on A100s and H100s while reaching their share of a GDDR part's."""
+    kv: float = 0.0
+    """Share of the memory bandwidth its decode attention reaches reading the KV cache (0: ``decode``'s, as its
+    weight GEMMs): a separate kernel (paged attention, or llama.cpp's KQ/KQV matrix products without flash
+    attention) whose reads grow with every sequence's context; where a length sweep of one engine and device shows
+    the time per token growing with context far faster than the KV bytes over ``decode``'s bandwidth (ROCm vLLM
+    0.6 and llama.cpp HIP on MI300X in LLM-Inference-Bench), this is that slower rate."""
 
 
 FITTED = "fitted by bench/perf_model.py (make bench-model) to the calibration set's non-held-out rows"

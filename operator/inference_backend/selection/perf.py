@@ -37,7 +37,9 @@ from inference_backend.selection.workload import (
 )
 
 _FLOAT_FORMATS = frozenset({"float32", "float16", "bfloat16", "f32", "f16", "bf16", "none"})
-_FP8 = frozenset({"fp8"})
+_FP8 = frozenset({"fp8", "fbgemm_fp8"})
+"""FP8 compute formats: per-tensor scaled (``fp8``) and Meta's row-wise scaled checkpoints (``fbgemm_fp8``, which an
+engine card may rate apart: engines/vllm.py formats)."""
 _INT8 = frozenset({"int8"})
 # aiconfigurator system per SKU row (its systems/*.yaml model these parts)
 AIC_SYSTEMS = {

@@ -6,7 +6,8 @@ and selection/perf_tables.py. docs/engine-profiles.md explains the model with it
 One engine step (a forward pass of the running batch) on ``n`` devices of bandwidth BW and dense rate F:
 
 - memory: the weights it reads (all of a dense model; of an MoE the experts a batch of ``b`` tokens touches,
-  ``1 - (1 - active/total)^b`` of them) plus the KV of every running sequence, over ``n x BW x decode``;
+  ``1 - (1 - active/total)^b`` of them) over ``n x BW x decode``, plus the KV of every running sequence over
+  ``n x BW x kv`` (the attention kernels' own share where an engine's is known to differ, else ``decode``);
 - compute: 2 x active parameters per token plus attention (4 x layers x hidden x context per decoded token; a
   prompt of ``p`` tokens ``2 x layers x hidden x p^2``, causal), over ``n x F x prefill``;
 - a step takes the larger of the two (the roofline: decode is memory-bound at small batch, compute-bound at
@@ -127,7 +128,9 @@ def step_s(
     drawn = dev.bandwidth * eff.decode
     if eff.bandwidth_gbs:
         drawn = min(drawn, eff.bandwidth_gbs * 1e9)
-    mem = (weights_read(shape, tokens) + decoding * context * shape.kv_bytes_token) / (dev.n * drawn)
+    kv_drawn = dev.bandwidth * eff.kv if eff.kv else drawn
+    kv_read = decoding * context * shape.kv_bytes_token
+    mem = weights_read(shape, tokens) / (dev.n * drawn) + kv_read / (dev.n * kv_drawn)
     attn = 4 * shape.layers * shape.hidden * context * decoding
     if prefill > 0:
         attn += 2 * shape.layers * shape.hidden * prompt * prefill  # prefill tokens each attend ~prompt/2 back
