@@ -204,7 +204,7 @@ PARTIAL_FP8 = {"fbgemm_fp8"}
 not those of the first and last layers ("The Llama 3 Herd of Models", arXiv 2407.21783, section 6.2: no quantization
 in the self-attention layers, nor in the first and last Transformer layers; the checkpoint's
 ``modules_to_not_convert`` lists every self_attn projection, layers 0 and 125's MLP and lm_head). Llama-3.1-405B-FP8
-weighs about 483 GB so, not 405 GB: on 8x H100 that halves the room left for the KV cache."""
+weighs about 483 GB, not 405 GB: on 8x H100 that halves the room left for the KV cache."""
 
 
 def _partial_fp8_bytes(model: ResolvedModel) -> float:

@@ -353,19 +353,38 @@ PERFORMANCE = Performance(
             4.0,
             400.0,
             80.0,
-            FITTED + " (ROCm vLLM 0.6 in 16 bits on MI300X: LLM-Inference-Bench, dstack bf16 rows; kv: at batch 64 "
-            "LLM-Inference-Bench's MI300X runs slow from 2,093 to 684 output tokens/s as prompt and output grow from "
-            "128 to 2,048 tokens, the A100's from 2,491 to 1,042, though the MI300X has 3.4x the bandwidth: its "
-            "paged-attention decode reads the KV cache at about half the share its weight GEMMs reach; weakly "
-            "identified: with it these rows' clipped mean |log2| goes only from 0.46 to 0.44)",
+            FITTED + " (ROCm vLLM 0.6 in 16 bits on MI300X: LLM-Inference-Bench, dstack bf16 rows); the KV reads at "
+            "decode's share since ROCm's custom paged-attention kernel (vLLM PR #8310, from 0.6.2; the older entry "
+            "below rates the releases before it)",
             0.0,
             1.5,
             0.75,
-            kv=0.15,
         ),
         "habana": Efficiency(0.40, 0.60, 2.0, 20.0, 10.0, "assumed: the vLLM Gaudi fork has no published row here"),
     },
     older=(
+        (
+            "amd",
+            "0.6.2",
+            Efficiency(
+                0.10,
+                0.30,
+                4.0,
+                400.0,
+                80.0,
+                FITTED + " (ROCm vLLM 0.6.1 in 16 bits on MI300X: LLM-Inference-Bench, built from Dockerfile.rocm) - "
+                "the 16-bit factors above but kv: before ROCm's custom paged-attention kernel (vllm-project/vllm PR "
+                "#8310, opened 2024-09-10, the day before 0.6.1's tag: 1.2-1.5x the throughput on Llama-2-70B at 8-32 "
+                "sequences) the generic kernel read the KV cache at half the weights' share; at batch 64 "
+                "LLM-Inference-Bench's MI300X slows from 2,093 to 684 output tokens/s as prompt and output grow from "
+                "128 to 2,048 tokens, the A100's from 2,491 to 1,042, though the MI300X has 3.4x the bandwidth "
+                "(these 13 rows' clipped mean |log2| 0.44 -> 0.40)",
+                0.0,
+                1.5,
+                0.75,
+                kv=0.15,
+            ),
+        ),
         (
             "nvidia",
             "0.8",
