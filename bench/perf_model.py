@@ -561,7 +561,7 @@ def fit(engine: str = "") -> int:
         )
         print(
             f"    Efficiency({best.prefill}, {best.decode}, {best.step_ms}, {best.seq_us}, {best.request_ms}, ..., "
-            f"{best.layer_us}, {best.burst}, moe={best.moe})"
+            f"{best.layer_us}, {best.burst}, moe={best.moe}, bandwidth_gbs={best.bandwidth_gbs}, kv={best.kv})"
         )
     return 0
 

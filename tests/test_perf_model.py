@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from bench import perf_model
 
 # The bounds this code meets with a small margin (docs/engine-profiles.md, "Calibration set and measured error":
@@ -59,6 +61,19 @@ def test_only_pairs_measured_within_the_tie_rule_are_ties() -> None:
     assert r.ties and all(gap(t)[0] < perf_model.TIE * 1.01 for t in r.ties)
     assert all(gap(b)[0] >= perf_model.TIE * 0.99 and not gap(b)[1] for b in r.bad)
     assert r.agree == r.total - len(r.bad)
+
+
+def test_metas_fp8_405b_checkpoint_weighs_its_16_bit_attention() -> None:
+    """Meta's Llama-3.1-405B-FP8 (quant_method fbgemm_fp8) keeps every attention projection and the first and last
+    layers' MLP in BF16 (bench/perf_model.py PARTIAL_FP8): 71.9B attention parameters at 2 bytes and the rest at 1
+    (the edge layers' share at 2) come to about 483 GB, where all in FP8 would be 405 GB; AMD's per-tensor FP8
+    checkpoint of the same model is all FP8."""
+    rows = {r["id"]: r for r in perf_model.load_rows()}
+    meta = perf_model.case(rows["dstack-vllm-h100x8-llama31-405b-fp8-in2048-out2048-c64"])
+    amd = perf_model.case(rows["dstack-vllm-mi300x-amdfp8kvx8-llama31-405b-fp8-in2048-out2048-c64"])
+    assert meta is not None and amd is not None
+    assert 475e9 < meta.replica.weights < 490e9, meta.replica.weights
+    assert amd.replica.weights == pytest.approx(4.05e11)
 
 
 def test_70b_on_h100_at_a_published_saturated_load_plans_the_gpus_the_throughput_implies() -> None:
