@@ -35,6 +35,15 @@ from ib_testkit.cluster import (
     kubectl,
     tool,
 )
+from ib_testkit.real_nodes import (
+    TinyModels,
+    files_under,
+    gateway,
+    real_node_or_skip,
+    restricted_namespace,
+    tiny_models,
+)
+from ib_testkit.stores import S3Server, put_objects
 from inference_backend.vocabulary import GROUP
 
 E2E_SRC = Path(__file__).resolve().parent
@@ -338,3 +347,52 @@ def picker_built() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
+
+
+# The real nodes' fixtures (e2e/test_real_*.py): skipped, saying why, without a real node; failed when one was asked.
+@pytest.fixture(scope="module")
+def node() -> dict[str, Any]:
+    return real_node_or_skip()
+
+
+@pytest.fixture(scope="module")
+def models() -> TinyModels:
+    return tiny_models()
+
+
+@pytest.fixture(scope="module")
+def store(node: dict[str, Any], models: TinyModels) -> Iterator[S3Server]:
+    """The local S3 on the bridge address, with the GGUF file, the ONNX directory and the safetensors checkpoint."""
+    s3 = S3Server(host=gateway(node)).start()
+    put_objects(
+        s3.endpoint,
+        "models",
+        [
+            ("tiny/model-f32.gguf", models.gguf.read_bytes()),
+            *((f"tiny-onnx/{k}", v) for k, v in files_under(models.onnx)),
+            *((f"tiny-hf/{k}", v) for k, v in files_under(models.hf)),
+        ],
+    )
+    yield s3
+    s3.stop()
+
+
+@pytest.fixture
+def rns(store: S3Server) -> Iterator[str]:
+    """A namespace enforcing Pod Security restricted, with the store's credentials as a Secret."""
+    name = restricted_namespace(f"ib-real-{uuid.uuid4().hex[:8]}")
+    kubectl(
+        "create",
+        "secret",
+        "generic",
+        "s3",
+        "-n",
+        name,
+        "--from-literal=AWS_ACCESS_KEY_ID=test",
+        "--from-literal=AWS_SECRET_ACCESS_KEY=test",
+        f"--from-literal=AWS_ENDPOINT_URL={store.endpoint}",
+        "--from-literal=AWS_REGION=us-east-1",
+    )
+    yield name
+    kubectl("delete", "ib", "--all", "-n", name, "--wait=true", "--timeout=60s", check=False)
+    kubectl("delete", "namespace", name, "--wait=false", check=False)

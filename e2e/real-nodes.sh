@@ -160,12 +160,39 @@ real_nodes_network() {
 table inet $E2E_NFT_TABLE
 delete table inet $E2E_NFT_TABLE
 table inet $E2E_NFT_TABLE {
+  chain input {
+    type filter hook input priority filter - 10; policy accept;
+    tcp dport $E2E_APISERVER_PORT iifname != { "lo", "$E2E_BRIDGE" } counter drop comment "the API server: this host and its pods only"
+  }
   chain forward {
     type filter hook forward priority filter - 10; policy accept;
     ip saddr $E2E_NODE_SUBNET ip daddr != $E2E_NODE_SUBNET counter drop comment "pods reach nothing outside the cluster"
     ip daddr $E2E_NODE_SUBNET ip saddr != $E2E_NODE_SUBNET iifname != "$E2E_BRIDGE" counter drop comment "nothing outside reaches the pods"
   }
 }
+EOF
+}
+
+# ---------------------------------------------------------------- the API server for pods
+# real_nodes_apiserver_bind: the API server's --bind-address. With real nodes it listens on every address, so that
+# pods reach it on this host's bridge address (the nftables table's input chain drops it from any interface but lo
+# and the bridge); else 127.0.0.1 alone.
+real_nodes_apiserver_bind() { if ((E2E_REAL_NODES > 0)); then echo 0.0.0.0; else echo 127.0.0.1; fi; }
+
+# real_nodes_apiserver_endpoint: the `kubernetes` Service's endpoint, this host's bridge address (the API server runs
+# with --endpoint-reconciler-type=none, so it publishes none itself): in-cluster clients (KUBERNETES_SERVICE_HOST,
+# 10.96.0.1:443, a SAN of its certificate) reach it through kube-proxy, as the operator's pods do.
+real_nodes_apiserver_endpoint() {
+  kc apply --server-side --force-conflicts -f - >/dev/null <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes-ib-e2e
+  namespace: default
+  labels: {kubernetes.io/service-name: kubernetes, endpointslice.kubernetes.io/managed-by: ib-e2e}
+addressType: IPv4
+endpoints: [{addresses: ["$E2E_NODE_GW"], conditions: {ready: true}}]
+ports: [{name: https, port: $E2E_APISERVER_PORT, protocol: TCP}]
 EOF
 }
 
@@ -231,6 +258,13 @@ conntrack:
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
 EOF
+  # kube-proxy's nftables table is `ip kube-proxy` whatever the cluster (a constant of pkg/proxy/nftables): a second
+  # cluster's kube-proxy on this host deletes this one's service chains as stale ("Deleting stale nftables chains"),
+  # and ClusterIP connections are then refused now and then. Said here; the real-node slots should not overlap.
+  if pgrep -f "$(binpath kube-proxy)" >/dev/null; then
+    log "!! another cluster's kube-proxy runs on this host: both share the nftables table ip kube-proxy and delete" \
+      "each other's service chains, so ClusterIP traffic of both clusters will fail at times"
+  fi
   start_in_cgroup kube-proxy "$E2E_CGROUP/services" "$(binpath kube-proxy)" --config="$REAL_DIR/kube-proxy.yaml" --v=1
   wait_for "kube-proxy /healthz" 90 kube-proxy curl -sf --max-time 3 "http://$E2E_NODE_GW:10256/healthz"
 }
@@ -407,6 +441,7 @@ real_nodes_up() {
     names+=("$(real_node_name "$i")")
   done
   real_nodes_dns
+  real_nodes_apiserver_endpoint
   for i in "${names[@]}"; do
     wait_for "node $i registered" 120 "kubelet-$i" kc get node "$i"
   done

@@ -21,7 +21,6 @@ import os
 import subprocess
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,82 +30,20 @@ from ib_testkit.cluster import Operator, apply, get_json, ib, kubectl, wait_phas
 from ib_testkit.real_nodes import (
     OPERATOR_IMAGE,
     TINY_FACTS,
-    TINY_RESOURCES,
     TinyModels,
     completion,
     direct,
     files_under,
-    gateway,
     host_volume,
-    real_hardware,
-    real_node_or_skip,
+    real_backend,
     real_nodes,
-    restricted_namespace,
     run_pod,
     runners_python,
-    tiny_models,
 )
 from ib_testkit.stores import S3Server, put_objects
 
 PROMPT = "the quick brown fox"
 MAX_TOKENS = 8
-
-
-@pytest.fixture(scope="module")
-def node() -> dict[str, Any]:
-    return real_node_or_skip()
-
-
-@pytest.fixture(scope="module")
-def models() -> TinyModels:
-    return tiny_models()
-
-
-@pytest.fixture(scope="module")
-def store(node: dict[str, Any], models: TinyModels) -> Iterator[S3Server]:
-    """The local S3 on the bridge address, with the GGUF file, the ONNX directory and the safetensors checkpoint."""
-    s3 = S3Server(host=gateway(node)).start()
-    put_objects(
-        s3.endpoint,
-        "models",
-        [
-            ("tiny/model-f32.gguf", models.gguf.read_bytes()),
-            *((f"tiny-onnx/{k}", v) for k, v in files_under(models.onnx)),
-            *((f"tiny-hf/{k}", v) for k, v in files_under(models.hf)),
-        ],
-    )
-    yield s3
-    s3.stop()
-
-
-@pytest.fixture
-def rns(store: S3Server) -> Iterator[str]:
-    """A namespace enforcing Pod Security restricted, with the store's credentials as a Secret."""
-    name = restricted_namespace(f"ib-real-{uuid.uuid4().hex[:8]}")
-    kubectl(
-        "create",
-        "secret",
-        "generic",
-        "s3",
-        "-n",
-        name,
-        "--from-literal=AWS_ACCESS_KEY_ID=test",
-        "--from-literal=AWS_SECRET_ACCESS_KEY=test",
-        f"--from-literal=AWS_ENDPOINT_URL={store.endpoint}",
-        "--from-literal=AWS_REGION=us-east-1",
-    )
-    yield name
-    kubectl("delete", "ib", "--all", "-n", name, "--wait=true", "--timeout=60s", check=False)
-    kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def _backend(name: str, model: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "serving.inferencebackend.io/v1alpha1",
-        "kind": "InferenceBackend",
-        "metadata": {"name": name},
-        "spec": {"model": model, "hardware": real_hardware(), "resources": TINY_RESOURCES, **spec},
-    }
 
 
 def _cache_claim(namespace: str) -> str:
@@ -153,7 +90,7 @@ def _case(engine: str, namespace: str) -> dict[str, Any]:
             **s3,
             "cache": {"pvc": _cache_claim(namespace)},
         }
-    return _backend(engine, model, backend=engine)
+    return real_backend(engine, model, backend=engine)
 
 
 def _complete(url: str, model: str) -> dict[str, Any]:
@@ -218,14 +155,14 @@ def test_faults_as_a_kubelet_makes_them(operator: Operator, rns: str, wait_until
     model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", "credentialsSecret": "s3", **TINY_FACTS}
     missing = "localhost/ib-e2e/not-imported:0"
     cases = {
-        "oom": _backend(
+        "oom": real_backend(
             "oom",
             model,
             backend="onnxruntime",
             resources={"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "48Mi"}},
         ),
-        "crash": _backend("crash", model, backend="onnxruntime", engine={"extraArgs": ["--no-such-flag"]}),
-        "pull": _backend("pull", model, backend="onnxruntime", engine={"image": missing}),
+        "crash": real_backend("crash", model, backend="onnxruntime", engine={"extraArgs": ["--no-such-flag"]}),
+        "pull": real_backend("pull", model, backend="onnxruntime", engine={"image": missing}),
     }
     for doc in cases.values():
         doc["metadata"]["namespace"] = rns
@@ -241,7 +178,7 @@ def test_a_deleted_pod_is_degraded_then_ready(operator: Operator, rns: str, wait
     """Two replicas serving; one pod deleted: the backend is Degraded (1/2, its Service still answering) until the
     ReplicaSet's new pod passes its readiness probe on the real node, then Ready 2/2 again."""
     model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", "credentialsSecret": "s3", **TINY_FACTS}
-    doc = _backend("two", model, backend="onnxruntime", replicas=2)
+    doc = real_backend("two", model, backend="onnxruntime", replicas=2)
     doc["metadata"]["namespace"] = rns
     apply(doc)
     wait_phase(wait_until, rns, "two", "Ready", timeout=600)
@@ -289,7 +226,7 @@ def test_user_text_reaches_the_containers_unexpanded(
         **TINY_FACTS,
     }
     from_secret = {"secretKeyRef": {"name": "hostile", "key": "AWS_SECRET_ACCESS_KEY"}}
-    doc = _backend(
+    doc = real_backend(
         "literal", model, backend="onnxruntime", engine={"env": [{"name": "HF_TOKEN", "valueFrom": from_secret}]}
     )
     doc["metadata"]["namespace"] = rns
@@ -374,7 +311,7 @@ def test_adapters_are_loaded_and_unloaded_while_the_pod_serves(
     sql = {"name": "sql", "uri": "s3://adapters/sql/", "rank": 4}
     poems = {"name": "poems", "uri": "s3://adapters/poems/", "rank": 8}
     model = {"uri": "s3://models/tiny-hf/", "format": "safetensors", "credentialsSecret": "s3", **TINY_FACTS}
-    doc = _backend("lora", model, backend="pytorch", adapters=[sql])
+    doc = real_backend("lora", model, backend="pytorch", adapters=[sql])
     doc["metadata"]["namespace"] = rns
     apply(doc)
     wait_phase(wait_until, rns, "lora", "Ready", timeout=600)

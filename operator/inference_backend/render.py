@@ -53,7 +53,9 @@ from inference_backend.vocabulary import (
 
 Json = dict[str, Any]
 TERMINATION_GRACE_SECONDS = 60
-"""Time for in-flight generations to finish after SIGTERM (the engines stop admitting and drain)."""
+"""Time for the serving container's preStop sleep (engines/base.py PRE_STOP_SLEEP_SECONDS: the endpoint removal
+reaches every kube-proxy first) and then for in-flight generations to finish after SIGTERM (the engines stop
+admitting and drain)."""
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,17 @@ def real_hardware(**extra: Any) -> dict[str, Any]:
     }
 
 
+def real_backend(name: str, model: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """An InferenceBackend ``name`` serving ``model`` on the real nodes (real_hardware, TINY_RESOURCES), with the other
+    spec fields given; its namespace is the caller's to set."""
+    return {
+        "apiVersion": "serving.inferencebackend.io/v1alpha1",
+        "kind": "InferenceBackend",
+        "metadata": {"name": name},
+        "spec": {"model": model, "hardware": real_hardware(), "resources": TINY_RESOURCES, **spec},
+    }
+
+
 def restricted_namespace(name: str) -> str:
     """Create namespace ``name`` with Pod Security restricted enforced (RESTRICTED); returns the name."""
     doc = {
