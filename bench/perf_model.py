@@ -25,7 +25,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -285,6 +285,55 @@ class Ranking:
     """The disagreeing pairs, described."""
     ties: list[str]
     """The pairs within TIE measured, described."""
+    unjudgeable: list[str] = field(default_factory=list)
+    """Pairs left out of ``agree`` and ``total``: one side is a self-contradictory row (``contradictions``)."""
+
+
+def _work(row: dict[str, str]) -> tuple[float, float, float] | None:
+    """(parameters a token runs through, prompt tokens, output tokens) of a row, for ``contradictions``; an unstated
+    prompt is -1 (equal only to another unstated one: the same harness's default)."""
+    params, output = _f(row, "active_parameters") or _f(row, "parameters"), _f(row, "output_tokens")
+    return (params, _f(row, "prompt_tokens") or -1.0, output) if params and output else None
+
+
+def _less_work(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
+    """Whether a request of shape ``a`` asks no more work per output token than one of ``b``, and less of some:
+    parameters no more; prompt no longer (prefill), nor prompt + output (the context each decode step reads), nor
+    prompt per output token (the prefill each output token carries)."""
+    (pa, ia, oa), (pb, ib, ob) = a, b
+    if (ia < 0) != (ib < 0):
+        return False
+    return pa <= pb and ia <= ib and ia + oa <= ib + ob and ia * ob <= ib * oa and a != b
+
+
+def contradictions(rows: list[dict[str, str]]) -> dict[str, str]:
+    """Rows whose source contradicts itself, for the rankings only (the accuracy figures keep every row): within
+    one source (a results file, or the folder of a set published one file per run), engine and release, GPU and
+    count, TP, dtype and quantization, and load (concurrency or request rate), a row that asks less work per output
+    token than another (``_less_work``: a smaller model, or a shorter prompt and context) but measured fewer output
+    tokens/s by more than TIE. No model in which more work takes no less time can place both, so a ranking pair
+    involving it does not say which side is faster. Per-request fixed costs (HTTP, tokenisation: milliseconds) are
+    taken as small against a request's decode (seconds). row id -> the row it contradicts, described."""
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = defaultdict(list)
+    for r in rows:
+        if _f(r, "output_tokens_per_s") and _work(r):
+            where = (r.get("source_url") or "").rsplit("/", 1)[0]
+            keys = ("engine", "engine_version", "gpu", "gpu_count", "tp", "dtype", "quantization")
+            load = ("concurrency", "request_rate")
+            groups[(r["file"], where, *(r.get(k) or "" for k in keys + load))].append(r)
+    found: dict[str, str] = {}
+    for items in groups.values():
+        for a in items:
+            for b in items:
+                wa, wb = _work(a), _work(b)
+                assert wa is not None and wb is not None
+                ta, tb = float(a["output_tokens_per_s"]), float(b["output_tokens_per_s"])
+                if _less_work(wa, wb) and math.log(tb / ta) >= TIE and a["id"] not in found:
+                    found[a["id"]] = (
+                        f"row {a['id']} ({wa[0]:.3g} parameters, {wa[1]:.0f}+{wa[2]:.0f} tokens: {ta:.4g} tokens/s) "
+                        f"vs row {b['id']} ({wb[0]:.3g}, {wb[1]:.0f}+{wb[2]:.0f}: {tb:.4g})"
+                    )
+    return found
 
 
 def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> Ranking:
@@ -311,6 +360,8 @@ def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> Ranking:
     agree = total = 0
     bad: list[str] = []
     ties: list[str] = []
+    unjudgeable: list[str] = []
+    odd = contradictions([c.row for c in cases])
     for key, items in groups.items():
         for i, (a, ea, ma) in enumerate(items):
             for b, eb, mb in items[i + 1 :]:
@@ -319,8 +370,12 @@ def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> Ranking:
                 sides = {a.engine, b.engine, a.row["gpu"], b.row["gpu"]}
                 if involving and not sides & set(involving):
                     continue
-                total += 1
                 what = f"{a.row['id']} vs {b.row['id']}: measured {ma:.4g} / {mb:.4g}, estimated {ea:.4g} / {eb:.4g}"
+                if a.row["id"] in odd or b.row["id"] in odd:
+                    why = odd.get(a.row["id"]) or odd[b.row["id"]]
+                    unjudgeable.append(f"{what} (source contradicts itself: {why})")
+                    continue
+                total += 1
                 if abs(math.log(ma / mb)) < TIE:
                     agree += 1
                     ties.append(what)
@@ -328,7 +383,7 @@ def rankings(cases: list[Case], involving: tuple[str, ...] = ()) -> Ranking:
                     agree += 1
                 else:
                     bad.append(what)
-    return Ranking(agree, total, bad, ties)
+    return Ranking(agree, total, bad, ties, unjudgeable)
 
 
 PLAN_ROW = "sglang060-vllm-h100x4-llama31-70b-sharegpt-offline"
@@ -375,7 +430,8 @@ def report(plot: bool = True) -> int:
     r = rankings(cases)
     print(
         f"rankings (same hardware, model and load; engines against each other and GPUs against each other): "
-        f"{r.agree}/{r.total} pairs agree, {len(r.ties)} of them ties (measured within {TIE:.0%}: agree either way)"
+        f"{r.agree}/{r.total} pairs agree, {len(r.ties)} of them ties (measured within {TIE:.0%}: agree either way); "
+        f"{len(r.unjudgeable)} more unjudgeable (a side its own source contradicts: contradictions)"
     )
     for side in ("AMD_Instinct_MI300X_OAM", "tgi"):
         r2 = rankings(cases, involving=(side,))
@@ -384,6 +440,8 @@ def report(plot: bool = True) -> int:
         print("  disagrees: " + b)
     for t in r.ties:
         print("  tie: " + t)
+    for u in r.unjudgeable:
+        print("  unjudgeable: " + u)
     gpus, implied, _ = plan_check()
     print(
         f"Llama-3.1-70B bf16 on H100s at 10x {PLAN_ROW}'s throughput: the plan takes {gpus} GPUs, the published "
