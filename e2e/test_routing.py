@@ -17,17 +17,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from ib_testkit import free_port
-from ib_testkit.cluster import PICKER, Operator, apply, example, get_json, ib, kubectl, wait_established
 from ib_testkit.cluster import PICKER_CRDS as CRDS
+from ib_testkit.cluster import Operator, apply, example, get_json, ib, kubectl, wait_established
+from ib_testkit.endpoint_picker import argv, flags, run_picker, service_account_kubeconfig
 from inference_backend import routing
 
 VERSION = routing.PICKER_VERSION
@@ -38,33 +36,6 @@ X_CRDS = ("inferenceobjectives", "inferencemodelrewrites")
 
 def _routing(ns: str, name: str) -> dict[str, Any] | None:
     return (ib(ns, name).get("status") or {}).get("routing")
-
-
-def _kubeconfig_of(ns: str, account: str, tmp: Path) -> Path:
-    """A kubeconfig for the ServiceAccount ``account`` (a bound token from the TokenRequest API)."""
-    token = kubectl("create", "token", account, "-n", ns, "--duration", "1h").strip()
-    current = yaml.safe_load(kubectl("config", "view", "--raw", "--minify", "-o", "yaml"))
-    cluster = current["clusters"][0]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [cluster],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account, "namespace": ns}}],
-        "current-context": account,
-    }
-    path = tmp / f"{account}.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def _flags(args: list[str]) -> dict[str, str]:
-    """The rendered arguments as {flag: value} (--flag value and --flag=value)."""
-    out, it = {}, iter(args)
-    for a in it:
-        key, eq, value = a.partition("=")
-        out[key] = value if eq else next(it)
-    return out
 
 
 def _metric(url: str, name: str, **labels: str) -> float:
@@ -128,52 +99,48 @@ def test_pool_and_picker_apply_and_run(
     for crd in X_CRDS:
         kubectl("apply", "--server-side", "-f", str(CRDS / f"inference.networking.x-k8s.io_{crd}.yaml"))
         wait_established(f"{crd}.inference.networking.x-k8s.io")
-    kubeconfig = _kubeconfig_of(ns, picker, tmp_path)
+    kubeconfig = service_account_kubeconfig(ns, picker, tmp_path)
     rendered = get_json("deployment", picker, "-n", ns)["spec"]["template"]["spec"]["containers"][0]["args"]
-    flags = _flags(rendered)
-    assert json.loads(flags["--config-text"])["kind"] == "EndpointPickerConfig"
+    options = flags(rendered)
+    assert json.loads(options["--config-text"])["kind"] == "EndpointPickerConfig"
     metrics_port, log = free_port(), tmp_path / "epp.log"
-    flags.update({"--grpc-port": str(free_port()), "--grpc-health-port": str(free_port())})
-    flags["--metrics-port"] = str(metrics_port)
-    args = [str(PICKER), *(x for k, v in flags.items() for x in ((f"{k}={v}",) if v in ("true", "false") else (k, v)))]
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-    proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
-    try:
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
-        pods = kubectl(
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            f"app.kubernetes.io/instance={name},app.kubernetes.io/component=inference-server",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ).split()
-        assert len(pods) == 2
+    options.update({"--grpc-port": str(free_port()), "--grpc-health-port": str(free_port())})
+    options["--metrics-port"] = str(metrics_port)
+    with run_picker(argv(options), log, kubeconfig) as proc:
+        try:
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            pods = kubectl(
+                "get",
+                "pods",
+                "-n",
+                ns,
+                "-l",
+                f"app.kubernetes.io/instance={name},app.kubernetes.io/component=inference-server",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ).split()
+            assert len(pods) == 2
 
-        def reconciled() -> bool:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                pools = _metric(url, "controller_runtime_reconcile_time_seconds_count", controller="inferencepool")
-                errors = _metric(url, "controller_runtime_reconcile_errors_total")
-            except OSError:
-                return False
-            assert errors == 0, "the picker's reconciles failed"
-            return pools > 0
+            def reconciled() -> bool:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                try:
+                    pools = _metric(url, "controller_runtime_reconcile_time_seconds_count", controller="inferencepool")
+                    errors = _metric(url, "controller_runtime_reconcile_errors_total")
+                except OSError:
+                    return False
+                assert errors == 0, "the picker's reconciles failed"
+                return pools > 0
 
-        wait_until("the picker synced its pool", reconciled, timeout=120)
-        time.sleep(2)
-        text = log.read_text()
-        assert "forbidden" not in text.lower(), [ln for ln in text.splitlines() if "orbidden" in ln][:3]
-        assert "loaded configuration from file/text successfully" in text
-        engine = [ln for ln in text.splitlines() if "Registered engine mapping" in ln and '"llamacpp"' in ln]
-        assert engine, "the extractor registered the engine's metric mapping"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        for crd in X_CRDS:
-            kubectl("delete", "crd", f"{crd}.inference.networking.x-k8s.io", "--ignore-not-found", "--wait=false")
+            wait_until("the picker synced its pool", reconciled, timeout=120)
+            time.sleep(2)
+            text = log.read_text()
+            assert "forbidden" not in text.lower(), [ln for ln in text.splitlines() if "orbidden" in ln][:3]
+            assert "loaded configuration from file/text successfully" in text
+            engine = [ln for ln in text.splitlines() if "Registered engine mapping" in ln and '"llamacpp"' in ln]
+            assert engine, "the extractor registered the engine's metric mapping"
+        finally:
+            for crd in X_CRDS:
+                kubectl("delete", "crd", f"{crd}.inference.networking.x-k8s.io", "--ignore-not-found", "--wait=false")
 
     apply({**doc, "spec": {**doc["spec"], "routing": {"inferencePool": {"enabled": False}}}})
     wait_until(

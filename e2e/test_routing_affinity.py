@@ -20,7 +20,6 @@ not send everything to one); their share at the endpoint most picked is printed 
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import subprocess
 import time
@@ -32,26 +31,24 @@ from typing import Any
 
 import pytest
 from ib_testkit import free_port
-from ib_testkit.cluster import PICKER, apply, kubectl, wait_established
 from ib_testkit.cluster import PICKER_CRDS as CRDS
+from ib_testkit.cluster import apply, kubectl, wait_established
 from ib_testkit.real_nodes import runners_python, tiny_models
 from inference_backend import picker
 from inference_backend.decision import Decision
 from inference_backend.engines import card
 
 # grpcio and xds-protos are in the dev extras (make venv); a venv made before them skips this module
-grpc = pytest.importorskip("grpc", reason="no grpcio: make venv")
-base_pb2 = pytest.importorskip("envoy.config.core.v3.base_pb2", reason="no xds-protos: make venv")
-pb = pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2", reason="no xds-protos: make venv")
-pb_grpc = pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2_grpc", reason="no xds-protos")
+pytest.importorskip("grpc", reason="no grpcio: make venv")
+pytest.importorskip("envoy.service.ext_proc.v3.external_processor_pb2_grpc", reason="no xds-protos: make venv")
+from ib_testkit.endpoint_picker import argv, complete, extproc_stub, pick, picked_pods, run_picker
+
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
 TAINT = {"key": "ib-e2e/affinity-probe", "value": "true", "effect": "NoSchedule"}
 PROBE = {"ib-e2e/affinity-probe": "true"}
 GROUPS, PER_GROUP, PREFIX_CHARS = 6, 6, 384
 """384 characters: six of the prefix index's blocks (16 tokens of 4 characters); with the suffix about 390 of the
 tiny model's tokens, inside its 512-token context."""
-DESTINATION = "x-gateway-destination-endpoint"
-"""The header the picker sets to the endpoint it chose (pkg/epp/metadata: DestinationEndpointKey)."""
 
 
 @contextlib.contextmanager
@@ -120,42 +117,6 @@ def _pool(ns: str, port: int) -> dict[str, Any]:
     }
 
 
-def _pick(stub: Any, model: str, prompt: str) -> str:
-    """One request through the picker's ext_proc stream, as Envoy sends it: headers, then the body; returns the
-    endpoint it chose (the x-gateway-destination-endpoint header it sets)."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1}).encode()
-    headers = [(":path", "/v1/completions"), (":method", "POST"), ("content-type", "application/json")]
-    messages = [
-        pb.ProcessingRequest(
-            request_headers=pb.HttpHeaders(
-                headers=base_pb2.HeaderMap(
-                    headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in headers]
-                )
-            )
-        ),
-        pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True)),
-    ]
-    chosen = []
-    for response in stub.Process(iter(messages), timeout=30):
-        assert not response.HasField("immediate_response"), f"the picker refused it: {response.immediate_response}"
-        if response.HasField("request_headers"):
-            set_headers = response.request_headers.response.header_mutation.set_headers
-            chosen += [h.header.raw_value.decode() for h in set_headers if h.header.key == DESTINATION]
-    assert len(chosen) == 1, f"the picker set no single destination endpoint: {chosen}"
-    return str(chosen[0])
-
-
-def _complete(endpoint: str, model: str, prompt: str) -> None:
-    """The completion sent where the picker said, as the gateway would (so the runner's metrics move)."""
-    req = urllib.request.Request(
-        f"http://{endpoint}/v1/completions",
-        data=json.dumps({"model": model, "prompt": prompt, "max_tokens": 1}).encode(),
-        headers={"content-type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as r:
-        assert r.status == 200
-
-
 def _endpoints(stack: contextlib.ExitStack, ns: str, port: int, tmp_path: Path, wait_until: Any) -> None:
     """The two runners, their KWOK nodes and Ready pods, and the InferencePool over them."""
     model = tiny_models().hf
@@ -182,26 +143,19 @@ def _start_picker(stack: contextlib.ExitStack, ns: str, tmp_path: Path, wait_unt
     its ext_proc port once it has added both endpoints."""
     config = picker.config_text(card("pytorch"), Decision(backend="pytorch", reasons=(), prefix_cache=True))
     grpc_port, metrics_port, log = free_port(), free_port(), tmp_path / "epp.log"
-    args = [
-        str(PICKER),
-        *("--pool-name", "affinity", "--pool-namespace", ns),
-        *("--grpc-port", str(grpc_port), "--grpc-health-port", str(free_port())),
-        *("--metrics-port", str(metrics_port), "--config-text", config),
+    options = {
+        **{"--pool-name": "affinity", "--pool-namespace": ns},
+        **{"--grpc-port": str(grpc_port), "--grpc-health-port": str(free_port())},
+        **{"--metrics-port": str(metrics_port), "--config-text": config},
         # plaintext ext_proc for this client (a gateway takes the self-signed certificate without verifying it)
-        "--secure-serving=false",
-        *("--tracing=false", "--metrics-endpoint-auth=false", "--enable-pprof=false"),
-    ]
-    proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    stack.callback(proc.wait, 20)
-    stack.callback(proc.terminate)
+        "--secure-serving": "false",
+        **{"--tracing": "false", "--metrics-endpoint-auth": "false", "--enable-pprof": "false"},
+    }
+    proc = stack.enter_context(run_picker(argv(options), log))
 
     def added() -> bool:
         assert proc.poll() is None, log.read_text()[-3000:]
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as r:
-            # the picker's gauge of its pool: one series per endpoint in its datastore
-            return bool(r.read().decode().count("inference_pool_per_pod_queue_size{") >= len(ADDRESSES))
-        return False
+        return len(picked_pods(f"http://127.0.0.1:{metrics_port}/metrics") or ()) >= len(ADDRESSES)
 
     wait_until("the picker added both endpoints", added, timeout=90)
     time.sleep(1)  # a few scrapes of both runners' metrics (every 50 ms)
@@ -222,18 +176,15 @@ def test_requests_sharing_a_prefix_go_to_one_endpoint(
 
     with contextlib.ExitStack() as stack:
         _endpoints(stack, ns, port, tmp_path, wait_until)
-        channel = stack.enter_context(
-            grpc.insecure_channel(f"127.0.0.1:{_start_picker(stack, ns, tmp_path, wait_until)}")
-        )
-        stub = pb_grpc.ExternalProcessorStub(channel)
+        stub = stack.enter_context(extproc_stub(_start_picker(stack, ns, tmp_path, wait_until)))
         prefixes = [text() for _ in range(GROUPS)]
         picks: dict[int, list[str]] = {g: [] for g in range(GROUPS)}
         for k in range(PER_GROUP):  # the groups interleaved, as concurrent users' requests arrive
             for g, prefix in enumerate(prefixes):
                 prompt = f"{prefix} question {k}: {rng.random()}"
-                picks[g].append(_pick(stub, served, prompt))
-                _complete(picks[g][-1], served, prompt)
-        spread = Counter(_pick(stub, served, text()) for _ in range(16))
+                picks[g].append(pick(stub, served, prompt))
+                complete(picks[g][-1], served, prompt)
+        spread = Counter(pick(stub, served, text()) for _ in range(16))
 
     affinity = {g: sum(e == p[0] for e in p) / len(p) for g, p in picks.items()}
     for g, p in picks.items():

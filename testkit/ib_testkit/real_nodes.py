@@ -13,6 +13,7 @@ this host reaches pods and ClusterIPs (kube-proxy's nftables rules)."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import subprocess
@@ -86,6 +87,18 @@ def gateway(node: dict[str, Any]) -> str:
     """The node's InternalIP: this host's address on the pods' bridge."""
     addresses = node["status"].get("addresses") or []
     return str(next(a["address"] for a in addresses if a["type"] == "InternalIP"))
+
+
+def bridge_network(node: dict[str, Any]) -> ipaddress.IPv4Network:
+    """The pods' subnet: the network of this host's bridge holding the node's InternalIP (``ip -j addr``), where the
+    CNI bridge plugin gives the node's pods their IPs."""
+    gw = gateway(node)
+    links = json.loads(subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True, check=True).stdout)
+    for link in links:
+        for a in link.get("addr_info", []):
+            if a.get("local") == gw:
+                return ipaddress.IPv4Network(f"{gw}/{a['prefixlen']}", strict=False)
+    raise AssertionError(f"no interface of this host holds {gw}, the InternalIP of {node['metadata']['name']}")
 
 
 def real_hardware(**extra: Any) -> dict[str, Any]:
