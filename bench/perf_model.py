@@ -69,6 +69,13 @@ IMPLIED_RELEASE = re.compile(r"implied release ([0-9][0-9A-Za-z.+-]*[0-9A-Za-z])
 """How a row whose source names no release (an image tag such as ``latest``) says which release its date implies,
 with the evidence, in ``notes``: the model rates it as that release; ``engine_version`` stays as the source gives it
 (empty)."""
+DP_ATTENTION = re.compile(r"--enable-dp-attention(?:.*?--dp(?:-size)?[ =]([0-9]+))?")
+"""How a row's notes quote SGLang's data-parallel attention in the launch command its source gives: the attention
+runs data-parallel over ``--dp`` groups of the replica's GPUs, and over all of them (``--dp`` = ``--tp``) without
+one: SGLang before 0.4.4 set dp_size to tp_size when the flag was on (python/sglang/srt/server_args.py,
+``if self.enable_dp_attention: self.dp_size = self.tp_size``; its DeepSeek docs: "Since v0.4.4, DP and TP attention
+can be flexibly combined", docs/references/deepseek.md). The model then rates the step's attention per group
+(workload.Device.attention_dp) and stores the KV heads of each request once, in its own group."""
 DEFAULT_LENGTHS = (128, 200)
 """(prompt, output) tokens assumed where a row states only the other one (its notes say what the source gives)."""
 
@@ -158,7 +165,8 @@ def case(row: dict[str, str]) -> Case | None:
     placement = Placement("gpu", hw, 1, gpu, tp)
     model = _model(row)
     kv_dtype = "fp8" if (row.get("kv_dtype") or "") == "fp8" else "float16"
-    heads = kv_heads_per_replica(model.kv_heads, tp)
+    dp = _attention_dp(row, tp)
+    heads = kv_heads_per_replica(model.kv_heads, tp // dp)  # a request's KV heads live in its own group only
     kv_token = kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
     from inference_backend.memory import QUANT_BYTES
 
@@ -194,6 +202,7 @@ def case(row: dict[str, str]) -> Case | None:
         slots,
         _version(row),
         _variant(engine, row.get("notes") or ""),
+        dp,
     )
     return Case(row, engine, placement, model, replica, load)
 
@@ -216,6 +225,15 @@ def _partial_fp8_bytes(model: ResolvedModel) -> float:
     rest = max(model.parameters - attention, 0)
     edge = 2 / max(model.layers, 2)
     return 2.0 * attention + rest * ((1 - edge) * 1.0 + edge * 2.0)
+
+
+def _attention_dp(row: dict[str, str], tp: int) -> int:
+    """The groups a row's SGLang replica runs attention data-parallel over (DP_ATTENTION; 1: none)."""
+    m = DP_ATTENTION.search(row.get("notes") or "") if row["engine"] == "sglang" else None
+    if m is None:
+        return 1
+    dp = int(m.group(1) or tp)
+    return dp if dp > 0 and tp % dp == 0 else 1
 
 
 def _version(row: dict[str, str]) -> str:

@@ -127,6 +127,30 @@ def test_the_kv_share_slows_only_the_reads_that_grow_with_context() -> None:
     assert step_s(shape, dev, slow, 1, 0, 0, 1) == pytest.approx(step_s(shape, dev, same, 1, 0, 0, 1))
 
 
+def test_data_parallel_attention_holds_the_attention_whole_per_group_and_runs_each_requests_attention_in_one() -> None:
+    """Device.attention_dp (SGLang --enable-dp-attention): on 8 devices in 8 attention groups, one decoding request
+    reads the attention weights whole (2 GB, not an eighth) and its KV and attention on one device, not spread over
+    eight; a prompt's attention projections run on one group. With 8 or more requests in the step the KV reads and
+    attention FLOPs spread over the groups as under TP: only the attention weights' copies remain. Without it (1
+    group) the step is the tensor-parallel one."""
+    shape = Shape(100e9, 100e9, 32, 4096, 100e9, 131072, attention_params=2e9)
+    tp = Device(8, 2e12, 500e12)
+    dp = dataclasses.replace(tp, attention_dp=8)
+    eff = Efficiency(1.0, 1.0, 0.0, 0.0, 0.0, "test")
+    weights_s, kv_s = 100e9 / 8 / 2e12, 1000 * 131072 / 8 / 2e12
+    assert step_s(shape, tp, eff, 1, 0, 1000, 1) == pytest.approx(weights_s + kv_s)
+    assert step_s(shape, dp, eff, 1, 0, 1000, 1) == pytest.approx(weights_s + 7 * 2e9 / 8 / 2e12 + 8 * kv_s)
+    assert step_s(shape, dp, eff, 16, 0, 1000, 1) == pytest.approx(
+        step_s(shape, tp, eff, 16, 0, 1000, 1) + 7 * 2e9 / 8 / 2e12
+    )
+    own_tp, own_dp = step_s(shape, tp, eff, 0, 4000, 0, 4000), step_s(shape, dp, eff, 0, 4000, 0, 4000)
+    attention = 2 * 2e9 * 4000 + 2 * 32 * 4096 * 4000 * 4000  # the prompt's projections and attention FLOPs
+    assert own_dp == pytest.approx(own_tp + 7 * attention / (8 * 500e12))  # on one group of 8, not spread over 8
+    assert step_s(shape, dataclasses.replace(tp, attention_dp=1), eff, 1, 0, 1000, 1) == step_s(
+        shape, tp, eff, 1, 0, 1000, 1
+    )
+
+
 def test_beyond_the_batch_cap_requests_queue_and_a_rate_above_capacity_saturates() -> None:
     shape = Shape(8e9, 8e9, 32, 4096, 16e9, 131072)
     dev = Device(1, 2e12, 500e12)

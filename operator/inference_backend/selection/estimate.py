@@ -61,6 +61,9 @@ class Replica:
     """An engine release other than the pinned one (calibration rows name theirs); "" for the pinned one."""
     variant: str = ""
     """Another way of running the engine that a calibration row measured (Performance.variants); "" for ours."""
+    attention_dp: int = 1
+    """Groups of its GPUs that run attention data-parallel (SGLang --enable-dp-attention, which the operator does not
+    render: calibration rows that state it); 1: tensor-parallel attention."""
 
 
 def estimate(r: Replica, placement: Placement, model: ResolvedModel, load: Workload) -> Estimate:
@@ -71,7 +74,17 @@ def estimate(r: Replica, placement: Placement, model: ResolvedModel, load: Workl
             predict(cpu.shape, cpu.device, cpu.efficiency, load, cpu.cap, cpu.source), cpu.cap, cpu.cap_source
         )
     placed = place_gpu(
-        r.engine, model, placement, r.weights, r.kv_token, r.serving_dtype, r.held, r.slots, r.version, r.variant
+        r.engine,
+        model,
+        placement,
+        r.weights,
+        r.kv_token,
+        r.serving_dtype,
+        r.held,
+        r.slots,
+        r.version,
+        r.variant,
+        r.attention_dp,
     )
     fmt = compute_format(model, r.serving_dtype)
     return Estimate.of(gpu_performance(placed, load, placement.gpu.sku, fmt), placed.cap, placed.cap_source)

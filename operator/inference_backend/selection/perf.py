@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inference_backend.decision import Placement, ResolvedModel
 from inference_backend.engines import MeasuredRow, Profile, card
@@ -97,7 +97,11 @@ def shape_of(model: ResolvedModel, weights: float, kv_token: float) -> Shape:
         if model.attention_heads
         else _hidden(model.rated_parameters, model.layers)
     )
-    return Shape(float(model.parameters), float(model.rated_parameters), model.layers, hidden, weights, kv_token)
+    width = (model.attention_heads or 0) * model.head_dim
+    attention = model.layers * (2 * width * width + 2 * width * model.kv_heads * model.head_dim)
+    return Shape(
+        float(model.parameters), float(model.rated_parameters), model.layers, hidden, weights, kv_token, attention
+    )
 
 
 def _hidden(parameters: float, layers: int) -> int:
@@ -223,13 +227,15 @@ def place_gpu(
     slots: int,
     version: str = "",
     variant: str = "",
+    attention_dp: int = 1,
 ) -> Placed:
     """``held``: the sequences the replica's KV cache holds at the workload's length; ``version``, ``variant``: an
-    engine release other than the pinned one, another way of running it (calibration rows)."""
+    engine release other than the pinned one, another way of running it (calibration rows); ``attention_dp``: the
+    groups its attention runs data-parallel over (workload.Device.attention_dp; SGLang --enable-dp-attention)."""
     gpu = placement.gpu
     assert gpu is not None
     fmt = compute_format(model, serving_dtype)
-    dev = gpu_device(placement, fmt)
+    dev = replace(gpu_device(placement, fmt), attention_dp=max(attention_dp, 1))
     if card(engine).layer_split and dev.n > 1:
         # layers split over the GPUs (llama.cpp --split-mode layer): a token passes through them one after another,
         # so one device's bandwidth and rate serve the whole model, and no all-reduce is paid

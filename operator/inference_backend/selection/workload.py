@@ -12,7 +12,9 @@ One engine step (a forward pass of the running batch) on ``n`` devices of bandwi
   prompt of ``p`` tokens ``2 x layers x hidden x p^2``, causal), over ``n x F x prefill``;
 - a step takes the larger of the two (the roofline: decode is memory-bound at small batch, compute-bound at
   large), plus tensor-parallel communication (two all-reduces per layer of tokens x hidden x 2 bytes, ring
-  ``2(n-1)/n`` over the device link, plus a latency each) and the engine's fixed and per-sequence overheads.
+  ``2(n-1)/n`` over the device link, plus a latency each) and the engine's fixed and per-sequence overheads;
+- with data-parallel attention (``Device.attention_dp`` groups) the busiest group's attention: the attention
+  weights whole on each group, and its own requests' KV reads and attention FLOPs only.
 
 Under a load of ``c`` concurrent requests (prompt P, output O tokens) with continuous batching, up to the engine's
 batch cap ``B`` (its default max sequences, its slots, or what the KV cache holds) run together; each step carries
@@ -51,6 +53,9 @@ class Shape:
     """All weights of one replica."""
     kv_bytes_token: float
     """KV bytes per token of one replica (all its devices)."""
+    attention_params: float = 0.0
+    """Parameters of the attention projections (a part of ``active``): under data-parallel attention each device
+    group holds them whole (``Device.attention_dp``)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,13 @@ class Device:
     ``micro_batch`` tokens are pipelined through them, so ``m`` micro-batches take ``(m + stages - 1) / (m x
     stages)`` of one device's time."""
     micro_batch: int = 0
+    attention_dp: int = 1
+    """Groups of the ``n`` devices that run attention data-parallel (SGLang ``--enable-dp-attention``; 1: the
+    attention is tensor-parallel over all ``n``, as the rest). Each group holds the attention weights whole and
+    runs the attention of its own requests only (their KV cache, their projections and attention FLOPs); the rest of
+    the layer (an MoE's experts, the dense MLP) stays split over all ``n``, its tokens gathered before it and
+    scattered after (an all-gather and a reduce-scatter: the volume of the all-reduce they replace). A step lasts
+    as long as its busiest group's."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +141,18 @@ def step_s(
     if eff.bandwidth_gbs:
         drawn = min(drawn, eff.bandwidth_gbs * 1e9)
     kv_drawn = dev.bandwidth * eff.kv if eff.kv else drawn
-    kv_read = decoding * context * shape.kv_bytes_token
-    mem = weights_read(shape, tokens) / (dev.n * drawn) + kv_read / (dev.n * kv_drawn)
+    # data-parallel attention: the busiest group's share of the attention work against the even split of TP
+    # (fewer requests in the step than groups: one request's whole attention on one group)
+    spread = dev.attention_dp / min(dev.attention_dp, max(decoding + prefill / max(prompt, 1), 1.0))
+    kv_read = decoding * context * shape.kv_bytes_token * spread
+    attn_bytes = shape.attention_params * shape.weight_bytes / max(shape.parameters, 1.0) * (dev.attention_dp - 1)
+    mem = (weights_read(shape, tokens) + attn_bytes) / (dev.n * drawn) + kv_read / (dev.n * kv_drawn)
     attn = 4 * shape.layers * shape.hidden * context * decoding
     if prefill > 0:
         attn += 2 * shape.layers * shape.hidden * prompt * prefill  # prefill tokens each attend ~prompt/2 back
+    projections = 2 * min(shape.attention_params, shape.active) * tokens if dev.attention_dp > 1 else 0.0
     rate = dev.n * dev.flops * eff.prefill * (eff.moe if shape.active < 0.9 * shape.parameters else 1.0)
-    comp = (2 * shape.active * tokens + attn) / rate
+    comp = (2 * shape.active * tokens - projections + (projections + attn) * spread) / rate
     if dev.stages > 1 and dev.micro_batch and prefill > 0:
         m = math.ceil(prefill / dev.micro_batch)
         comp *= (m + dev.stages - 1) / (m * dev.stages)
