@@ -2,8 +2,7 @@
 PyTorch runner serve a tiny model the test makes, from the images of e2e/build-images, in a namespace that enforces
 Pod Security restricted. The weights come through the real fetch init container (the operator image) from the local
 S3 server listening on this host's address on the pods' bridge: into an emptyDir (GGUF, ONNX) and into a cache volume
-(safetensors: a claim bound to a hostPath volume). hf:// from the local Hub is not covered: the operator passes only
-HF_TOKEN from the credentials Secret, not HF_ENDPOINT, so the fetch step always goes to the public Hub. Each backend
+(safetensors: a claim bound to a hostPath volume); hf:// from the local Hub is e2e/test_real_hub.py's. Each backend
 must be Ready, answer a completion through its Service's ClusterIP (from this host: kube-proxy's nftables rules) and
 through its DNS name from a pod (CoreDNS), with the greedy tokens of the same engine run directly on the same model.
 Then faults as the kubelet reports them (OOMKilled, CrashLoopBackOff, ImagePullBackOff) and a deleted pod.
@@ -83,7 +82,7 @@ def _case(engine: str, namespace: str) -> dict[str, Any]:
         model = {"uri": "s3://models/tiny/model-f32.gguf", "format": "gguf", "quantization": "f32", **s3}
     elif engine == "onnxruntime":
         model = {"uri": "s3://models/tiny-onnx/", "format": "onnx", **s3}
-    else:  # into a cache volume (hf:// from the local Hub cannot: the operator does not pass HF_ENDPOINT on)
+    else:  # into a cache volume
         model = {
             "uri": "s3://models/tiny-hf/",
             "format": "safetensors",

@@ -133,8 +133,9 @@ class ModelSource(ApiModel):
     """Name clients send in OpenAI-style requests (default: the InferenceBackend's name): no whitespace or control
     characters, not starting with "-"."""
     credentials_secret: str | None = Field(default=None, pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
-    """Name of a Secret with the token for the model store (key HF_TOKEN for hf://, AWS_ACCESS_KEY_ID and
-    AWS_SECRET_ACCESS_KEY for s3://, GOOGLE_APPLICATION_CREDENTIALS_JSON for gs://). Never inline tokens."""
+    """Name of a Secret with the token for the model store (key HF_TOKEN for hf://, with an optional HF_ENDPOINT: a
+    Hub mirror or private Hub URL; AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, optional AWS_ENDPOINT_URL and
+    AWS_REGION for s3://; GOOGLE_APPLICATION_CREDENTIALS_JSON for gs://). Never inline tokens."""
     cache: ModelCache | None = None
     """Keep downloaded weights across restarts and share them between replicas: a PVC or a node path (absent: an
     emptyDir per pod, downloaded at every start)."""

@@ -2,7 +2,8 @@
 
 - ``hf://org/repo[/file]``: the engine's own loader where it has one (vLLM and TGI take the repository id and
   download into an emptyDir cache; llama-server takes ``--hf-repo``/``--hf-file``), the token from the model's
-  ``credentialsSecret`` (key ``HF_TOKEN``) as an env var from the Secret, never inline. Our runners take a local
+  ``credentialsSecret`` (key ``HF_TOKEN``, and ``HF_ENDPOINT`` for a mirror when the Secret has it) as env vars from
+  the Secret, never inline. Our runners take a local
   directory, so for them an init container downloads first (``inference-backend fetch``).
 - ``pvc://claim/path``: the claim as a read-only volume mounted at /models (/draft-models for a draft).
 - ``s3://``, ``gs://``, ``https://``: an init container running ``inference-backend fetch URI DIR`` (the operator
@@ -37,7 +38,11 @@ MOUNTS = {"model": "/models", "draft": "/draft-models"}
 _FILE_SUFFIXES = (".gguf", ".onnx", ".safetensors", ".bin", ".pt", ".pth")
 # Keys of the credentials Secret, as documented on ModelSource.credentialsSecret (api/inferencebackend.py).
 _SECRET_KEYS: dict[str, tuple[tuple[str, bool], ...]] = {
-    "hf": (("HF_TOKEN", False),),
+    # HF_ENDPOINT (optional): a Hub mirror or a private Hub, as s3:// takes AWS_ENDPOINT_URL. Read by the fetch step
+    # and by vLLM and TGI's download step through huggingface_hub (constants.py: ENDPOINT = os.getenv("HF_ENDPOINT");
+    # 2.4.0 installed beside vLLM 0.33.0 here), and by llama-server (llama.cpp b11312 common/common.cpp
+    # common_get_model_endpoint: MODEL_ENDPOINT, else HF_ENDPOINT).
+    "hf": (("HF_TOKEN", False), ("HF_ENDPOINT", True)),
     "s3": (
         ("AWS_ACCESS_KEY_ID", False),
         ("AWS_SECRET_ACCESS_KEY", False),
