@@ -8,8 +8,8 @@
   process of this host, with the picker ServiceAccount's own token (so with exactly the Role rendered) and the
   Deployment's rendered arguments, its EndpointPickerConfig included; only its ports are moved to free ones and its
   ext_proc is plaintext (--secure-serving=false) for this client. Not in-cluster: the real node's images are built
-  by e2e/build-images without a registry and the picker's is not among them, and the rendered picker pod has no
-  node selector (it may land on a KWOK node, where nothing runs);
+  by e2e/build-images without a registry and the picker's is not among them (the rendered picker pod, which
+  tolerates what the backend tolerates, goes to the real node here and cannot pull its image: printed at the end);
 - a client speaking Envoy's ext_proc protocol (ib_testkit.endpoint_picker) asks the picker for each request's
   endpoint and sends the completion to that pod's IP, as a gateway would.
 
@@ -199,6 +199,7 @@ def test_prefix_affinity_on_real_pods(
         spread = Counter(gw.send(text()) for _ in range(SPREAD))
         print(f"prompts sharing no prefix, after the new pod was Ready: {dict(spread)}")
         assert set(spread) == now, spread
+    _print_rendered_picker(rns)
 
 
 def _delete_one(
@@ -228,6 +229,19 @@ def _delete_one(
     print(f"{unready.total()} requests while it was not Ready yet, all answered: {dict(unready)}")
     assert set(unready) <= names - {victim}, unready
     return now
+
+
+def _print_rendered_picker(ns: str) -> None:
+    """Where the picker pod the operator rendered went, and its state (printed, not asserted: its image is not built
+    here, and the test runs the same binary on the host)."""
+    for pod in get_json(
+        "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=endpoint-picker"
+    )["items"]:
+        waiting = [s["state"].get("waiting", {}).get("reason") for s in pod["status"].get("containerStatuses") or []]
+        print(
+            f"rendered picker pod {pod['metadata']['name']}: node {pod['spec'].get('nodeName')}, "
+            f"{pod['status'].get('phase')}, waiting {waiting}"
+        )
 
 
 def _report(picks: dict[int, list[str]], spread: Counter[str]) -> None:
