@@ -22,7 +22,6 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from ib_testkit import ROOT
 from ib_testkit.audit import audit_event
 from ib_testkit.cluster import (
     EXAMPLES,
@@ -32,6 +31,7 @@ from ib_testkit.cluster import (
     SYSTEM_NS,
     Operator,
     chart_helm_args,
+    install_chart,
     kubectl,
     tool,
 )
@@ -245,26 +245,8 @@ def audit_log(e2e_dir: Path) -> AuditLog:
 # The operator and its chart, shared by the test modules that run it (ib_testkit.cluster has the helpers).
 @pytest.fixture(scope="module")
 def chart() -> Iterator[None]:
-    helm = tool("helm")
     kubectl("apply", "-f", str(NODE_SETS))
-    res = subprocess.run(
-        [
-            helm,
-            "upgrade",
-            "--install",
-            "ib",
-            str(ROOT / "charts/inference-backend"),
-            "--namespace",
-            SYSTEM_NS,
-            "--create-namespace",
-            "--wait=false",
-            *chart_helm_args(),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert res.returncode == 0, res.stderr
+    install_chart(*chart_helm_args())
     yield
 
 

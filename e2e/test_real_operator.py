@@ -13,14 +13,12 @@ Skipped, saying why, without a real node (the fixtures of e2e/conftest.py). No o
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from ib_testkit import ROOT
-from ib_testkit.cluster import SYSTEM_NS, apply, get_json, ib, kubectl, tool, wait_phase
+from ib_testkit.cluster import SYSTEM_NS, apply, get_json, ib, install_chart, kubectl, wait_phase
 from ib_testkit.real_nodes import (
     OPERATOR_IMAGE,
     REAL_NODE_LABEL,
@@ -36,25 +34,7 @@ SA = f"system:serviceaccount:{SYSTEM_NS}:ib-inference-backend"
 
 
 def _helm(*args: str) -> None:
-    res = subprocess.run(
-        [
-            tool("helm"),
-            "upgrade",
-            "--install",
-            "ib",
-            str(ROOT / "charts/inference-backend"),
-            "--namespace",
-            SYSTEM_NS,
-            "--create-namespace",
-            "--wait=false",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stderr
+    install_chart(*args, timeout=120)
 
 
 def _pods() -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ib_testkit import free_port
+from ib_testkit import free_port, stop_process
 from ib_testkit.cluster import PICKER_CRDS as CRDS
 from ib_testkit.cluster import apply, kubectl, wait_established
 from ib_testkit.real_nodes import runners_python, tiny_models
@@ -68,12 +68,7 @@ def _runner(model: Path, host: str, port: int, log: Path) -> Iterator[str]:
             time.sleep(0.5)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=30)
 
 
 def _node(name: str, address: str) -> dict[str, Any]:

@@ -15,7 +15,9 @@ product by `make venv` and hack/runners-venv, so ``import ib_testkit`` works eve
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository this package is used from (it is only ever installed editable, from testkit/)."""
@@ -26,3 +28,13 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -83,6 +83,19 @@ def chart_helm_args() -> tuple[str, ...]:
     return tuple(shlex.split(os.environ.get("E2E_HELM_ARGS", "")))
 
 
+def install_chart(*helm_args: str, timeout: float | None = None) -> None:
+    """`helm upgrade --install` of the chart into SYSTEM_NS (created when absent), not waiting for its pods."""
+    res = subprocess.run(
+        [tool("helm"), "upgrade", "--install", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--create-namespace"]
+        + ["--wait=false", *helm_args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+    assert res.returncode == 0, res.stderr
+
+
 def chart_operator_container(*helm_args: str, namespace: str = SYSTEM_NS) -> dict[str, Any]:
     """The operator container of the chart's Deployment exactly as `helm template` renders it (default values unless
     helm_args set some): its command, args and env are what a cluster runs."""

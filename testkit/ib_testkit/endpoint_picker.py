@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from ib_testkit import stop_process
 from ib_testkit.cluster import PICKER, kubectl
 
 DESTINATION = "x-gateway-destination-endpoint"
@@ -83,12 +84,7 @@ def run_picker(args: list[str], log: Path, kubeconfig: Path | None = None) -> It
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=20)
 
 
 def picked_pods(metrics_url: str) -> set[str] | None:

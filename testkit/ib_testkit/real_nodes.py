@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from ib_testkit import ROOT, free_port
+from ib_testkit import ROOT, free_port, stop_process
 from ib_testkit.cluster import get_json, kubectl
 
 REAL_NODE_LABEL = "inference-backend.dev/e2e-real-node"
@@ -309,9 +309,4 @@ def direct(container: dict[str, Any], model: Path) -> Iterator[str]:
                 time.sleep(0.5)
             yield f"http://127.0.0.1:{port}"
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout=30)

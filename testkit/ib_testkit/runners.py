@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from ib_testkit import ROOT, free_port
+from ib_testkit import ROOT, free_port, stop_process
 
 __all__ = ["SERVERS", "SHARED_PREFIX_LEN", "Server", "complete", "concurrent", "free_port", "metric", "workload"]
 
@@ -63,12 +63,7 @@ class Server:
         raise TimeoutError(f"server not ready in {timeout}s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout=15)
 
 
 class Collector:
