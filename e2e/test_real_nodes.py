@@ -289,6 +289,29 @@ def _serves(wait_until: Any, namespace: str, name: str, pod: str, adapters: list
     return wait_until(f"{namespace}/{name} status.adapters {pod}: {adapters}", check, timeout=300)  # type: ignore[no-any-return]
 
 
+def _answers(wait_until: Any, namespace: str, url: str, model: str) -> dict[str, Any]:
+    """The first completion through the Service, retried while kube-proxy has not programmed it yet (connection
+    refused); on a timeout the Service's EndpointSlices and the pod's status are printed."""
+
+    def check() -> dict[str, Any] | None:
+        try:
+            return _complete(url, model)
+        except OSError:
+            return None
+
+    try:
+        return wait_until(f"{url} answers {model}", check, timeout=120)  # type: ignore[no-any-return]
+    except BaseException:
+        print(kubectl("get", "endpointslices,pods", "-n", namespace, "-o", "yaml", check=False))
+        for pod in get_json("pods", "-n", namespace)["items"]:
+            ip = pod["status"].get("podIP")
+            try:
+                print("through the pod's address:", _complete(f"http://{ip}:8000", model))
+            except Exception as exc:
+                print("through the pod's address:", ip, exc)
+        raise
+
+
 def test_adapters_are_loaded_and_unloaded_while_the_pod_serves(
     operator: Operator,
     rns: str,
@@ -320,7 +343,7 @@ def test_adapters_are_loaded_and_unloaded_while_the_pod_serves(
     assert "--adapter" not in template["spec"]["containers"][0]["args"]
     _serves(wait_until, rns, "lora", pod, ["sql"])
     url = f"http://{get_json('service', 'lora', '-n', rns)['spec']['clusterIP']}:8000"
-    texts = {m: _complete(url, m)["choices"][0]["text"] for m in ("lora", "sql")}
+    texts = {m: _answers(wait_until, rns, url, m)["choices"][0]["text"] for m in ("lora", "sql")}
 
     # added: the ConfigMap changes, the pod template does not
     doc["spec"]["adapters"] = [sql, poems]

@@ -193,7 +193,27 @@ def test_run_time_adapters_leave_the_pod_template_hash() -> None:
     other = rendered([{"name": "a", "uri": "s3://b/a/", "rank": 8}, {"name": "c", "uri": "hf://o/c", "rank": 8}])
     higher = rendered([{"name": "a", "uri": "s3://b/a/", "rank": 8}, {"name": "c", "uri": "hf://o/c", "rank": 64}])
     assert one[0] == other[0] and one[1] != other[1]
-    assert higher[0] != other[0]
+    assert higher[0] != other[0]  # vLLM's --max-lora-rank 8 -> 64: rolls out
+
+
+def test_run_time_adapters_on_the_runner_leave_the_template_whatever_their_rank() -> None:
+    """Our runner has no rank flag: the sidecar checks files against its own limit (1024) and each adapter's declared
+    rank from the ConfigMap, so adding one with a higher declared rank changes no pod template."""
+    from inference_backend.api import InferenceBackend
+    from inference_backend.render import render_result
+
+    def rendered(adapters: list[dict[str, Any]]) -> tuple[str, list[Any]]:
+        body = {"model": {"modelRef": "qwen-0-5b"}, "backend": "pytorch", "hardware": {"accelerator": "cpu"}}
+        body["adapters"] = adapters
+        doc = spec(**body).model_dump(by_alias=True, exclude_none=True)
+        ib = InferenceBackend.model_validate({"metadata": {"name": "ib", "namespace": "ns"}, "spec": doc})
+        r = render_result(ib, _select(body, CPU))
+        (cm,) = [o for o in r.objects if o["kind"] == "ConfigMap"]
+        return r.spec_hash, json.loads(cm["data"]["adapters.json"])["adapters"]
+
+    one = rendered([{"name": "sql", "uri": "s3://b/sql/", "rank": 4}])
+    two = rendered([{"name": "sql", "uri": "s3://b/sql/", "rank": 4}, {"name": "poems", "uri": "s3://b/p/", "rank": 8}])
+    assert one[0] == two[0] and [a["rank"] for a in two[1]] == [4, 8]
 
 
 def test_no_adapters_renders_nothing_new() -> None:

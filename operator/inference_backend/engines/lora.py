@@ -109,8 +109,11 @@ def runtime_served(decision: Decision, lora: Lora, name: str, served_name: str) 
     model = decision.model
     assert model is not None
     chosen = decision.adapters
+    # The rank the sidecar checks each file against: the engine's flag where it has one (vLLM's --max-lora-rank, in
+    # the template: a change of it rolls out), else the engine's own limit, so that a higher declared rank changes
+    # no template (each adapter's declared rank is checked from the ConfigMap).
     check = artifacts.AdapterCheck(
-        max_rank=chosen.max_rank,
+        max_rank=chosen.max_rank if lora.rank_choices else lora.max_rank,
         adapter_format="peft",
         modules=tuple(sorted(lora.target_modules)),
         base_architecture=model.architecture,
