@@ -132,7 +132,7 @@ def test_vllm_args_env_and_fetch_init_containers() -> None:
     assert hf["command"][:4] == ["inference-backend", "fetch", "hf://acme/sql-lora", "/adapters/sql"]
     assert "--adapter" in hf["command"] and hf["command"][hf["command"].index("--max-rank") + 1] == "16"
     # the model's Secret for an adapter in the same store (hf://), none for another store
-    assert [e["name"] for e in hf["env"]] == ["HF_TOKEN"] and "env" not in s3
+    assert [e["name"] for e in hf["env"]] == ["HF_TOKEN", "HF_ENDPOINT"] and "env" not in s3
     assert any("a change of the list rolls the pods out" in r for r in d.reasons)
     assert d.adapters.lora_ids is None and "loraIds" not in d.to_json()["adapters"]  # the model field names them
 
@@ -163,7 +163,7 @@ def test_vllm_loads_fetched_adapters_at_run_time(count: int, slots: int, cpu: in
         "/etc/inference-backend/adapters/adapters.json",
     ]
     assert sidecar["command"][sidecar["command"].index("--max-rank") + 1] == "8"
-    assert [e["name"] for e in sidecar.get("env", [])] == ["HF_TOKEN"]  # the model's store's Secret
+    assert [e["name"] for e in sidecar.get("env", [])] == ["HF_TOKEN", "HF_ENDPOINT"]  # the model's store's Secret
     assert c.adapters_config is not None
     listed = json.loads(c.adapters_config)["adapters"]
     assert [(a["name"], a["path"], a["rank"]) for a in listed] == [
