@@ -352,8 +352,9 @@ def test_adapters_are_loaded_and_unloaded_while_the_pod_serves(
     template = get_json("deployment", "lora", "-n", rns)["spec"]["template"]
     assert "--adapter" not in template["spec"]["containers"][0]["args"]
     _serves(wait_until, rns, "lora", pod, ["sql"])
-    # the pod's own address, as the operator reads it (the Service's ClusterIP from this host is shared with the other
-    # real-node slot's kube-proxy rules when two clusters run at once: test_engine_serves_on_a_real_node covers it)
+    # the pod's own address, as the operator reads it: through the Service's ClusterIP from this host one run timed
+    # out at connect (no request reached the runner, which answered on this address) while another real-node
+    # cluster ran on the host; test_engine_serves_on_a_real_node covers the Service
     ip = get_json("pod", pod, "-n", rns)["status"]["podIP"]
     url = f"http://{ip}:8000"
     texts = {m: _answers(wait_until, rns, url, m)["choices"][0]["text"] for m in ("lora", "sql")}
