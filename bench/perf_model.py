@@ -138,6 +138,7 @@ def _model(row: dict[str, str]) -> ResolvedModel:
         head_dim=shape.head_dim,
         shape_source="calibration",
         attention_heads=shape.attention_heads,
+        kv_latent=shape.kv_latent,
         active_parameters=int(active) if active else None,
     )
 
@@ -166,8 +167,9 @@ def case(row: dict[str, str]) -> Case | None:
     model = _model(row)
     kv_dtype = "fp8" if (row.get("kv_dtype") or "") == "fp8" else "float16"
     dp = _attention_dp(row, tp)
-    heads = kv_heads_per_replica(model.kv_heads, tp // dp)  # a request's KV heads live in its own group only
-    kv_token = kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
+    # a request's KV heads (an MLA model's latent: one copy per TP rank of the group) live in its own group only
+    heads = kv_heads_per_replica(model.kv_heads, tp // dp, model.kv_latent)
+    kv_token = kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype], model.kv_latent)
     from inference_backend.memory import QUANT_BYTES
 
     bpp = QUANT_BYTES.get(model.quantization, 2.0) if model.quantization != "none" else 2.0

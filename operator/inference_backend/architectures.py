@@ -2,9 +2,10 @@
 
 Every row is copied from the model's ``config.json`` on its Hugging Face repository (``num_hidden_layers``,
 ``num_attention_heads``, ``num_key_value_heads``, ``head_dim`` or ``hidden_size / num_attention_heads``,
-``max_position_embeddings``, ``num_local_experts``); parameter counts are the repositories' safetensors totals
-(the "Model size" the hub shows), active parameters of MoE models from their model cards. The source of each row
-is the repository named in ``repo``.
+``max_position_embeddings``, ``num_local_experts`` or ``n_routed_experts``, and for multi-head latent attention
+``kv_lora_rank + qk_rope_head_dim``: DeepSeek-V2/V3/R1, Kimi K2); parameter counts are the repositories'
+safetensors totals (the "Model size" the hub shows), active parameters of MoE models from their model cards. The
+source of each row is the repository named in ``repo``.
 
 Lookup (``find``): a model's uri is split into canonical tokens (lower case, split on ``/ - _`` and a weight-file
 suffix dropped), and a row matches when every token of one of its name forms is among them, so
@@ -40,10 +41,14 @@ class ArchShape:
     """The Hugging Face repository whose config.json the row is copied from (the row's source)."""
     experts: int = 0
     active_parameters: int = 0
+    kv_latent: int = 0
+    """Multi-head latent attention: kv_lora_rank + qk_rope_head_dim, the elements one token's compressed KV holds
+    per layer (0: keys and values of ``kv_heads`` heads)."""
 
 
 _LLAMA, _QWEN2, _MISTRAL = "LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"
 _MIXTRAL, _PHI3, _GEMMA2 = "MixtralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM"
+_DSV2, _DSV3 = "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"
 
 
 def _row(
@@ -59,8 +64,11 @@ def _row(
     repo: str,
     experts: int = 0,
     active: float = 0,
+    latent: int = 0,
 ) -> ArchShape:
-    return ArchShape(name, int(params), layers, kv, head_dim, ctx, heads, arch, forms, repo, experts, int(active))
+    return ArchShape(
+        name, int(params), layers, kv, head_dim, ctx, heads, arch, forms, repo, experts, int(active), latent
+    )
 
 
 # fmt: off
@@ -94,6 +102,12 @@ ARCH_TABLE: tuple[ArchShape, ...] = (
          "mistralai/Mixtral-8x22B-v0.1", experts=8, active=39.1e9),
     _row("Llama-3.1-405B", 405.853e9, 126, 128, 8, 128, 131072, _LLAMA, ("llama 3.1 405b",),
          "meta-llama/Llama-3.1-405B"),
+    _row("DeepSeek-V2", 236e9, 60, 128, 128, 40, 163840, _DSV2, ("deepseek v2",),
+         "deepseek-ai/DeepSeek-V2", experts=160, active=21e9, latent=512 + 64),
+    _row("DeepSeek-V3", 685e9, 61, 128, 128, 56, 163840, _DSV3, ("deepseek v3", "deepseek r1"),
+         "deepseek-ai/DeepSeek-V3", experts=256, active=37e9, latent=512 + 64),
+    _row("Kimi-K2", 1.03e12, 61, 64, 64, 112, 131072, _DSV3, ("kimi k2",),
+         "moonshotai/Kimi-K2-Instruct", experts=384, active=32e9, latent=512 + 64),
 )
 # fmt: on
 
@@ -114,8 +128,11 @@ def _form_tokens(form: str) -> frozenset[str]:
 
 
 def nearest_shape(parameters: int) -> ArchShape:
-    """The row nearest by parameter ratio; ties go to the smaller model (first in the table)."""
-    return min(ARCH_TABLE, key=lambda s: abs(math.log(parameters / s.parameters)))
+    """The row nearest by parameter ratio; ties go to the smaller model (first in the table). Multi-head latent
+    attention rows never stand in for another model: their KV is a twentieth of a grouped-query model's, and a
+    stand-in must not under-size the cache."""
+    rows = [r for r in ARCH_TABLE if not r.kv_latent]
+    return min(rows, key=lambda s: abs(math.log(parameters / s.parameters)))
 
 
 def find(uri: str | None, parameters: int, architecture: str | None) -> tuple[ArchShape | None, str]:

@@ -62,6 +62,9 @@ class ResolvedModel:
     shape_source: str
     attention_heads: int = 0
     """Query heads (0 when unknown: no divisibility check)."""
+    kv_latent: int = 0
+    """Multi-head latent attention: elements of the compressed KV per token and layer (0: plain multi-head or
+    grouped-query attention, 2 x kv_heads x head_dim). See memory.kv_bytes_per_token."""
     architecture: str | None = None
     served_name: str | None = None
     credentials_secret: str | None = None

@@ -91,7 +91,14 @@ def disk_bytes(weights: float) -> int:
     return (math.ceil(weights * 1.1 / GIB) + 1) * GIB
 
 
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, kv_dtype_bytes: float) -> float:
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, kv_dtype_bytes: float, latent: int = 0) -> float:
+    """KV bytes one token stores: a key and a value of ``head_dim`` per KV head and layer; or, under multi-head
+    latent attention (``latent`` > 0: DeepSeek-V2/V3/R1, Kimi K2), one compressed latent of ``latent`` elements
+    per layer, kv_lora_rank + qk_rope_head_dim (DeepSeek-V2, arXiv 2405.04434 section 2.1: keys and values are
+    rebuilt from it; vLLM's MLA backends cache [num_blocks, block_size, kv_lora_rank + qk_rope_head_dim], SGLang's
+    MLATokenToKVPool the same), and ``kv_heads`` then counts the copies of it (see kv_heads_per_replica)."""
+    if latent > 0:
+        return layers * kv_heads * latent * kv_dtype_bytes
     return 2 * layers * kv_heads * head_dim * kv_dtype_bytes
 
 
@@ -157,7 +164,12 @@ def tensor_parallel_options(
     return widths, why
 
 
-def kv_heads_per_replica(kv_heads: int, tp: int) -> int:
+def kv_heads_per_replica(kv_heads: int, tp: int, latent: int = 0) -> int:
     """KV heads stored across one replica: each GPU keeps kv_heads / tp, or one replicated head when tp > kv_heads
-    (so TP beyond the KV heads stops adding KV capacity)."""
+    (so TP beyond the KV heads stops adding KV capacity). Multi-head latent attention (``latent`` > 0) has one
+    latent "head" that tensor parallelism does not split: each of the ``tp`` ranks holds it whole (vLLM's and
+    SGLang's MLA caches are per rank, unsharded), so ``tp`` copies; data-parallel attention stores a request's
+    latent in its own group only (pass the group's width as ``tp``)."""
+    if latent > 0:
+        return max(tp, 1)
     return max(kv_heads, tp) if tp > 0 else kv_heads

@@ -115,6 +115,10 @@ class ModelSpec(ApiModel):
     """Key/value heads (num_key_value_heads), for KV cache sizing: at most attentionHeads, and dividing them."""
     head_dim: Int | None = Field(default=None, ge=1, le=MAX_HEADS)
     """Dimension of one attention head, for KV cache sizing."""
+    kv_latent_dim: Int | None = Field(default=None, ge=1, le=MAX_HEADS)
+    """Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi K2): elements of the compressed KV one token stores per
+    layer, kv_lora_rank + qk_rope_head_dim (576 for DeepSeek-V3). KV sizing then uses it in place of
+    2 x kvHeads x headDim, held whole by every tensor-parallel rank."""
     hidden_size: Int | None = Field(default=None, ge=1, le=MAX_HIDDEN)
     """Width of the residual stream (hidden_size): with headDim and attentionHeads, a check that the attention shape
     is the model's (headDim x attentionHeads between half and 4 times it)."""

@@ -19,6 +19,7 @@ FIELDS = (
     "attentionHeads",
     "kvHeads",
     "headDim",
+    "kvLatentDim",
     "hiddenSize",
     "experts",
     "activeExpertsPerToken",

@@ -66,6 +66,9 @@ def set_architecture_facts(config: dict[str, Any], where: str, facts: Facts) -> 
         if hidden[0] % heads:
             raise InspectError(f"{where}: {hidden[1]} {hidden[0]} is not a multiple of the {heads} attention heads")
         facts.set("headDim", hidden[0] // heads, f"{where} {hidden[1]} / attention heads")
+    rank, rope = first_int(config, "kv_lora_rank"), first_int(config, "qk_rope_head_dim")
+    if rank and rope:  # multi-head latent attention: one compressed latent per token and layer (MLA)
+        facts.set("kvLatentDim", rank[0] + rope[0], f"{where} kv_lora_rank + qk_rope_head_dim")
     if facts.values.get("experts") == 1:  # a dense model that names its single FFN an expert
         facts.values.pop("experts")
         facts.values.pop("activeExpertsPerToken", None)

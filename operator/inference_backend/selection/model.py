@@ -88,7 +88,7 @@ def resolve_model(
         registered, uri if isinstance(uri, str) else None, parameters, params_text, facts.get("architecture")
     )
     reasons.extend(shape_reasons)
-    layers, kv_heads, head_dim, heads = shape
+    layers, kv_heads, head_dim, heads, latent = shape
     context = facts.get("context_length")
     if not isinstance(context, int):
         context = DEFAULT_CONTEXT
@@ -105,6 +105,7 @@ def resolve_model(
         head_dim=head_dim,
         shape_source=shape_source,
         attention_heads=heads,
+        kv_latent=latent,
         architecture=str(facts["architecture"]) if facts.get("architecture") else None,
         served_name=source.served_name,
         credentials_secret=source.credentials_secret,
@@ -126,22 +127,26 @@ _SHAPE_FIELDS = (
 
 def _shape(
     registered: ModelSpec | None, uri: str | None, parameters: int, params_text: str, architecture: object
-) -> tuple[tuple[int, int, int, int], str, list[str]]:
-    """(layers, KV heads, head dim, attention heads), where they came from, and the reasons.
+) -> tuple[tuple[int, int, int, int, int], str, list[str]]:
+    """(layers, KV heads, head dim, attention heads, MLA latent), where they came from, and the reasons.
 
     Precedence per fact: the registered Model's field, then the architecture-table row the uri names
-    (architectures.find), then the row nearest in parameter count (a stand-in, said so)."""
+    (architectures.find), then the row nearest in parameter count (a stand-in, said so; never a multi-head latent
+    attention row). The latent (kvLatentDim) is 0 unless the Model or the named row gives one."""
     given = {f: getattr(registered, f) if registered else None for f, _ in _SHAPE_FIELDS}
+    latent = int(registered.kv_latent_dim or 0) if registered else 0
+    row, why = find(uri, parameters, architecture if isinstance(architecture, str) else None)
+    latent = latent or (row.kv_latent if row is not None else 0)
     if all(isinstance(v, int) for v in given.values()):
         known = (
             int(given["layers"] or 0),
             int(given["kv_heads"] or 0),
             int(given["head_dim"] or 0),
             int(given["attention_heads"] or 0),
+            latent,
         )
         return known, "Model facts (layers, kvHeads, headDim, attentionHeads)", []
     reasons: list[str] = []
-    row, why = find(uri, parameters, architecture if isinstance(architecture, str) else None)
     if why:
         reasons.append(f"architecture table: {why}; not used")
     if row is not None:
@@ -151,11 +156,12 @@ def _shape(
         source = f"the built-in shape of {row.name} (nearest size to {params_text}; a stand-in, not this model)"
     filled: dict[str, int] = {f: v if isinstance(v, int) else int(getattr(row, f)) for f, v in given.items()}
     missing = [api for f, api in _SHAPE_FIELDS if given[f] is None]
+    mla = f", multi-head latent attention of {latent} elements per token and layer" if latent else ""
     reasons.append(
         f"{', '.join(missing)} from {source}: {filled['layers']} layers, {filled['attention_heads']} "
-        f"attention heads, {filled['kv_heads']} KV heads, head dim {filled['head_dim']}"
+        f"attention heads, {filled['kv_heads']} KV heads, head dim {filled['head_dim']}{mla}"
     )
-    shape = (filled["layers"], filled["kv_heads"], filled["head_dim"], filled["attention_heads"])
+    shape = (filled["layers"], filled["kv_heads"], filled["head_dim"], filled["attention_heads"], latent)
     return shape, source, reasons
 
 

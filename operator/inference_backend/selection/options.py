@@ -133,13 +133,17 @@ def model_bytes(model: ResolvedModel, dtype: str) -> float:
 
 
 def kv_per_token(engine: str, model: ResolvedModel, dtype: str, requested: str, tp: int = 1) -> float:
-    """KV bytes per token of one replica: tp > KV heads replicates one head per GPU (see kv_heads_per_replica)."""
+    """KV bytes per token of one replica: tp > KV heads replicates one head per GPU, and a multi-head latent
+    attention model's latent is held whole by every TP rank (see kv_heads_per_replica); an engine that splits
+    the replica by layers keeps one copy."""
     caps = card(engine)
     kv_dtype = requested if requested != "auto" and requested in caps.kv_dtypes else "auto"
     if kv_dtype == "auto":
         kv_dtype = "float32" if dtype == "float32" else "float16"
-    heads = model.kv_heads if caps.layer_split else kv_heads_per_replica(model.kv_heads, tp)
-    return kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype])
+    latent = model.kv_latent
+    one = 1 if latent else model.kv_heads
+    heads = one if caps.layer_split else kv_heads_per_replica(model.kv_heads, tp, latent)
+    return kv_bytes_per_token(model.layers, heads, model.head_dim, KV_DTYPE_BYTES[kv_dtype], latent)
 
 
 @dataclass(frozen=True)
