@@ -429,3 +429,33 @@ def test_405b_across_small_disk_nodes_is_unsatisfiable_for_disk_not_for_a_lack_o
     assert "spec.model.cache" in small.reasons[-1]
     big = decide(raw, [P.gke_a3(f"a3-{i}", disk="2000Gi") for i in range(3)])
     assert big.backend == "vllm" and big.placement is not None and big.placement.multi_node
+
+
+def test_the_adapters_sidecar_counts_beside_the_engine_in_the_node_fit() -> None:
+    """Adapters loaded at run time come with a native sidecar (50m CPU, 128Mi) that runs beside the engine for the
+    pod's whole life: the scheduler adds its requests to the engine's, and so does the selection. A node whose
+    allocatable holds the engine's requests exactly takes the pod without adapters and is left out, with the
+    sidecar named, with them."""
+    node = P.eks_intel_cpu("exact")
+    node["status"]["allocatable"].update(cpu="2", memory="8Gi")
+    raw: Json = {
+        "backend": "pytorch",
+        "model": {
+            "uri": "s3://research-models/gpt-1b/",
+            "format": "safetensors",
+            "architecture": "GPT2LMHeadModel",
+            "parameters": "1.2B",
+            "dtype": "bfloat16",
+        },
+        "hardware": {"accelerator": "cpu"},
+        "resources": {"requests": {"cpu": "2", "memory": "6Gi"}, "limits": {"memory": "6Gi"}},
+    }
+    assert decide(raw, [node]).backend == "pytorch"
+    with_adapters = {**raw, "adapters": [{"name": "poems", "uri": "s3://research-models/adapters/poems/", "rank": 8}]}
+    d = decide(with_adapters, [node])
+    assert d.backend is None
+    why = dict(d.rejected)["pytorch"]
+    assert "the adapters sidecar beside it 0.05 CPU" in why and "the node allocates 2 CPU" in why, why
+    pod, _ = rendered(with_adapters, decide(with_adapters, [P.eks_intel_cpu("roomy")]))
+    sidecar = next(c for c in pod["initContainers"] if c.get("restartPolicy") == "Always")
+    assert sidecar["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}

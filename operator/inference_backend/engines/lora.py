@@ -4,6 +4,7 @@ Pure (no I/O)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,14 +91,26 @@ def config_map_name(name: str) -> str:
     return f"{name}-adapters"
 
 
-def runtime(decision: Decision, lora: Lora) -> bool:
-    """The adapters are loaded while the engine serves, not given at start: the engine loads them at run time (its
-    card's switch) and every adapter is fetched (RUNTIME_SCHEMES)."""
-    items, p = decision.adapters.items, decision.placement
-    one_node = p is not None and not p.multi_node  # a LeaderWorkerSet's pods get theirs at start
-    return bool(lora.runtime_switch and items and one_node) and all(
-        artifacts.split_uri(a.uri)[0] in RUNTIME_SCHEMES for a in items
+SIDECAR_REQUESTS = {"cpu": "50m", "memory": "128Mi"}
+"""What the adapters sidecar requests; a native sidecar runs beside the engine, so the selection adds it to the
+engine container's requests (selection/nodefit.py), as the scheduler does."""
+
+
+def runtime_loaded(lora: Lora, uris: Sequence[str], multi_node: bool) -> bool:
+    """Whether adapters at ``uris`` are loaded while the engine serves, not given at start: the engine loads them at
+    run time (its card's switch), every adapter is fetched (RUNTIME_SCHEMES) and the pods are not a LeaderWorkerSet's
+    (those get theirs at start)."""
+    return bool(lora.runtime_switch and uris and not multi_node) and all(
+        artifacts.split_uri(u)[0] in RUNTIME_SCHEMES for u in uris
     )
+
+
+def runtime(decision: Decision, lora: Lora) -> bool:
+    """The decision's adapters are loaded at run time (runtime_loaded), through the adapters sidecar."""
+    p = decision.placement
+    if p is None:
+        return False
+    return runtime_loaded(lora, [a.uri for a in decision.adapters.items], p.multi_node)
 
 
 def runtime_served(decision: Decision, lora: Lora, name: str, served_name: str) -> Served:
@@ -155,7 +168,7 @@ def runtime_served(decision: Decision, lora: Lora, name: str, served_name: str) 
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": data["name"], "mountPath": mount},
         ],
-        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+        "resources": {"requests": dict(SIDECAR_REQUESTS), "limits": {"memory": "1Gi"}},
     }
     env = artifacts.secret_env(model.credentials_secret, artifacts.split_uri(model.uri)[0] if model.uri else "")
     if env:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from inference_backend.api.inferencebackend import InferenceBackendSpec
 from inference_backend.decision import InvalidSpec, ResolvedModel
-from inference_backend.engines import card
+from inference_backend.engines import card, lora
 from inference_backend.engines.artifacts import (
     FETCH_REQUESTS,
     OPERATOR_ARCHS,
@@ -151,21 +151,33 @@ def _quantity(spec: InferenceBackendSpec, key: str) -> float | None:
     return float(parse_quantity(str(value))) if value is not None else None
 
 
+def _sidecar(option: Option, spec: InferenceBackendSpec) -> tuple[int, int]:
+    """The adapters sidecar's CPU (millicores) and memory requests when the pod runs one (engines/lora.py), else 0."""
+    uris = [a.uri for a in spec.adapters]
+    if not lora.runtime_loaded(card(option.engine).lora, uris, option.placement.multi_node):
+        return 0, 0
+    req = lora.SIDECAR_REQUESTS
+    return int(float(parse_quantity(req["cpu"])) * 1000), int(parse_quantity(req["memory"]))
+
+
 def requests_miss(option: Option, spec: InferenceBackendSpec, init: bool) -> str | None:
-    """Why the node cannot hold the pod's requests (engine container, spec.resources overriding it, and the fetch
-    init container: the larger counts); None when it can."""
+    """Why the node cannot hold the pod's requests (engine container, spec.resources overriding it, the adapters
+    sidecar running beside it, and the fetch init container: the larger counts); None when it can."""
     hw = option.placement.hardware
     cpu = _quantity(spec, "cpu")
     mem = _quantity(spec, "memory")
     engine_cpu = int(cpu * 1000) if cpu is not None else option.host.cpu_millis
     engine_mem = int(mem) if mem is not None else option.host.memory_bytes
+    side_cpu, side_mem = _sidecar(option, spec)
     # render caps the fetch step's CPU request at the engine's (render._within_engine_cpu)
     init_cpu = min(int(float(parse_quantity(FETCH_REQUESTS["cpu"])) * 1000), engine_cpu) if init else 0
     init_mem = int(parse_quantity(FETCH_REQUESTS["memory"])) if init else 0
-    pod_cpu, pod_mem = max(engine_cpu, init_cpu), max(engine_mem, init_mem)
+    pod_cpu, pod_mem = max(engine_cpu + side_cpu, init_cpu), max(engine_mem + side_mem, init_mem)
     if pod_cpu <= hw.cpu_millis and pod_mem <= hw.memory_bytes:
         return None
     parts = [f"the engine {engine_cpu / 1000:g} CPU / {gib(engine_mem)} GiB"]
+    if side_cpu or side_mem:
+        parts.append(f"the adapters sidecar beside it {side_cpu / 1000:g} CPU / {gib(side_mem)} GiB")
     if init:
         parts.append(f"the fetch init container {init_cpu / 1000:g} CPU / {gib(init_mem)} GiB")
     return (
