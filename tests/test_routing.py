@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from ib_testkit import ROOT
+from ib_testkit.endpoint_picker import flags
 from ib_testkit.factories import MODELS, backend, cluster, node
 from inference_backend import picker, routing
 from inference_backend.api import InferenceBackend
@@ -25,18 +26,9 @@ LLAMA = {"modelRef": "llama-3-1-8b"}
 ON = {"inferencePool": {"enabled": True}}
 
 
-def _args(args: list[str]) -> dict[str, str]:
-    """--flag value and --flag=value pairs."""
-    out, it = {}, iter(args)
-    for a in it:
-        key, eq, value = a.partition("=")
-        out[key] = value if eq else next(it)
-    return out
-
-
 def _config(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     deploy = next(o for k, o in objs.items() if k.startswith("Deployment/") and k.endswith("-epp"))
-    text = _args(deploy["spec"]["template"]["spec"]["containers"][0]["args"])["--config-text"]
+    text = flags(deploy["spec"]["template"]["spec"]["containers"][0]["args"])["--config-text"]
     config: dict[str, Any] = json.loads(text)
     return config
 
@@ -77,7 +69,7 @@ def test_pool_selects_what_the_service_selects_and_names_its_picker() -> None:
         not pool["spec"]["selector"]["matchLabels"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
     )
     c = deploy["spec"]["template"]["spec"]["containers"][0]
-    args = _args(c["args"])
+    args = flags(c["args"])
     assert args["--pool-name"] == "chat" and args["--pool-namespace"] == "ns"
     assert args["--metrics-endpoint-auth"] == "false" and args["--tracing"] == "false"
     assert c["image"] == f"registry.k8s.io/gateway-api-inference-extension/epp:{routing.PICKER_VERSION}"
