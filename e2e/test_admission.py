@@ -3,7 +3,8 @@
 - Every generated spec (from the CRD's schema, ib_testkit.fuzz) is admitted by the apiserver exactly when pydantic
   admits it: the CRD and the offline CLI agree in both directions, CEL rules included.
 - Every child that `inference-backend render` gives for an admitted spec passes the apiserver's validation
-  (Deployment, Service, PodDisruptionBudget created with dryRun=All and strict field validation).
+  (created with dryRun=All and strict field validation; a CRD's kind this cluster does not serve is counted, not
+  failed).
 - The awkward names of the issue (llama.chat, 1abc, qwen2.5-7b-instruct, 63+ characters) render children the
   apiserver accepts.
 
@@ -29,14 +30,18 @@ from inference_backend.crdgen import render_all
 ROOT = Path(__file__).resolve().parents[1]
 NODES = yaml.safe_load((ROOT / "docs/examples/nodes/mixed.yaml").read_text())
 CASES = int(os.environ.get("IB_E2E_FUZZ", "200"))
-PATHS = {
-    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
-    "Service": "/api/v1/namespaces/{ns}/services",
-    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
-    "LeaderWorkerSet": "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets",
-    "ScaledObject": "/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects",
-    "InferenceBackend": "/apis/serving.inferencebackend.io/v1alpha1/namespaces/{ns}/inferencebackends",
-}
+CORE = (
+    "InferenceBackend",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "PersistentVolumeClaim",
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+)
+"""Kinds every cluster serves (or this module installs): a 404 for them is a fault, not an absent CRD."""
 DRY = {"dryRun": "All", "fieldValidation": "Strict"}
 COUNTS: Counter[str] = Counter()
 
@@ -74,17 +79,26 @@ def crds(kube_http: Any, wait_until: Any) -> Iterator[None]:
         wait_until(f"CRD {name} deleted", lambda n=name: kube_http.get(crd.format(n)).status_code == 404, timeout=60)
 
 
-def dry_create(kube_http: Any, obj: dict[str, Any]) -> tuple[bool, str]:
+def collection(obj: dict[str, Any]) -> str:
+    """The namespaced collection a child is created in, from its apiVersion and kind: every kind the operator renders
+    (render.py, routing.py: PersistentVolumeClaim, ConfigMap, ResourceClaimTemplate, LeaderWorkerSet, InferencePool,
+    ScaledObject, RBAC...) has the plural `<kind in lower case>s`, so no table can miss one."""
     ns = obj["metadata"].get("namespace") or "default"
+    version = obj["apiVersion"]
+    root = "/api/v1" if version == "v1" else f"/apis/{version}"
+    return f"{root}/namespaces/{ns}/{obj['kind'].lower()}s"
+
+
+def dry_create(kube_http: Any, obj: dict[str, Any]) -> tuple[bool, str]:
     r = kube_http.post(
-        PATHS[obj["kind"]].format(ns=ns),
+        collection(obj),
         params=DRY,
         content=json.dumps(obj),
         headers={"Content-Type": "application/json"},
     )
     if r.status_code in (200, 201):
         return True, ""
-    if r.status_code == 404 and obj["kind"] not in ("InferenceBackend", "Deployment", "Service", "PodDisruptionBudget"):
+    if r.status_code == 404 and obj["kind"] not in CORE:
         return True, "not served"  # its CRD is not installed here (KEDA's: e2e/test_autoscaling_api.py checks it)
     assert r.status_code in (400, 422), f"{r.status_code}: {r.text}"  # refused as invalid, not an apiserver fault
     return False, r.json().get("message", r.text)
@@ -134,6 +148,35 @@ def test_a_name_over_242_characters_is_refused_by_both(kube_http: Any, tmp_path:
         "spec": {"model": {"uri": "hf://Qwen/Qwen2.5-0.5B-Instruct", "parameters": "0.5B"}},
     }
     _check(kube_http, body, tmp_path)
+
+
+EVERY_CHILD = {
+    "apiVersion": "serving.inferencebackend.io/v1alpha1",
+    "kind": "InferenceBackend",
+    "metadata": {"name": "every-child", "namespace": "default"},
+    "spec": {
+        "model": {
+            "uri": "hf://Qwen/Qwen2.5-0.5B-Instruct",
+            "parameters": "0.5B",
+            "servedName": "qwen",
+            "cache": {"storageClass": "standard"},
+            "credentialsSecret": "hf-token",
+        },
+        "backend": "vllm",
+        "adapters": [{"name": "sql", "uri": "hf://org/qwen-sql-lora", "rank": 8}],
+        "routing": {"inferencePool": {"enabled": True}},
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "metric": "queueDepth", "target": 4},
+    },
+}
+
+
+def test_a_spec_with_every_child_kind_renders_valid_children(kube_http: Any, tmp_path: Path) -> None:
+    """The weights claim, the adapters ConfigMap, the pool, its picker and RBAC, the ScaledObject: generated specs
+    reach some of these only by chance, so one spec asks for them all every run."""
+    outcome = run_case(EVERY_CHILD, NODES, tmp_path, CEL)
+    kinds = {c["kind"] for c in outcome.children}
+    assert outcome.render_rc == 0 and {"PersistentVolumeClaim", "ConfigMap", "InferencePool", "ScaledObject"} <= kinds
+    _check(kube_http, EVERY_CHILD, tmp_path)
 
 
 @settings(
