@@ -389,19 +389,21 @@ PERFORMANCE = Performance(
             "nvidia",
             "0.8",
             Efficiency(
-                0.75,
+                0.45,
                 0.60,
                 2.0,
-                150.0,
+                50.0,
                 80.0,
                 FITTED + " (vLLM 0.4-0.7 on A10G, L40S, H100, H200: Hugging Face llmperf, MLPerf 4.1, SGLang's v0.6 "
                 "benchmark, dstack rows): the V0 engine, the default before 0.8.0, scheduled the waiting prompts "
                 "first, unchunked, in steps of their own; V1 chunks them into the decode steps; kv: V0's "
                 "paged-attention decode kernel read the KV cache at a third of the share its weight GEMMs reach (the "
-                "fit with the kv factor and a 2 ms step: clipped mean |log2| 0.36 -> 0.32 on these rows)",
-                0.0,
+                "fit with the kv factor and a 2 ms step: clipped mean |log2| 0.36 -> 0.32 on these rows; refitted "
+                "with dstack's DeepSeek-R1 rows of vLLM 0.7.4 on 8x H200 at 4 to 128 users: 0.48 -> 0.43, the 128-user "
+                "rows still 1.5-2.8x over: their KV cache filled before 128 requests, docs/engine-profiles.md)",
+                100.0,
                 2.0,
-                0.15,
+                0.3,
                 kv=0.2,
             ),
         ),
@@ -411,17 +413,18 @@ PERFORMANCE = Performance(
             "amd",
             "fp8",
             Efficiency(
-                0.55,
-                0.30,
-                4.0,
+                0.45,
+                0.40,
+                6.0,
                 150.0,
                 2.0,
-                FITTED + " (ROCm vLLM 0.4-0.7 in FP8 on MI300X: MLPerf 4.1, dstack, Oracle rows; refitted with the kv "
-                "factor: clipped mean |log2| 0.35 -> 0.28)",
+                FITTED
+                + " (ROCm vLLM 0.4-0.7 in FP8 on MI300X: MLPerf 4.1, dstack, Oracle rows; refitted with dstack's "
+                "DeepSeek-R1 rows at 4 to 128 users and 800 to 6,400 output tokens: clipped mean |log2| 0.38 -> 0.21)",
                 0.0,
                 0.75,
                 0.05,
-                kv=0.08,
+                kv=0.15,
             ),
         ),
         (
