@@ -234,8 +234,9 @@ PERFORMANCE = Performance(
             40.0,
             "vLLM's NVIDIA factors (engines/vllm.py): TGI 3.x chunks prompts into the decode steps as vLLM's V1 "
             "engine does, with CUDA graphs and the same attention kernels, and its own benchmark puts it at "
-            "1.0-1.25x vLLM (docs/source/conceptual/chunking.md, wall-time ratios); the calibration set has no "
-            "TGI 3.x row on NVIDIA GPUs",
+            "1.0-1.25x vLLM (docs/source/conceptual/chunking.md, wall-time ratios); that page's three TGI 3.0 rows "
+            "in the calibration set (tgiv3, one held out) are too few to fit and time whole k6 runs of 50-token "
+            "answers (docs/engine-profiles.md)",
             0.0,
             0.05,
             0.5,

@@ -390,8 +390,8 @@ PERFORMANCE = Performance(
             "0.8",
             Efficiency(
                 0.45,
-                0.60,
-                2.0,
+                0.70,
+                0.5,
                 50.0,
                 80.0,
                 FITTED + " (vLLM 0.4-0.7 on A10G, L40S, H100, H200: Hugging Face llmperf, MLPerf 4.1, SGLang's v0.6 "
@@ -399,12 +399,13 @@ PERFORMANCE = Performance(
                 "first, unchunked, in steps of their own; V1 chunks them into the decode steps; kv: V0's "
                 "paged-attention decode kernel read the KV cache at a third of the share its weight GEMMs reach (the "
                 "fit with the kv factor and a 2 ms step: clipped mean |log2| 0.36 -> 0.32 on these rows; refitted "
-                "with dstack's DeepSeek-R1 rows of vLLM 0.7.4 on 8x H200 at 4 to 128 users: 0.48 -> 0.43, the 128-user "
-                "rows still 1.5-2.8x over: their KV cache filled before 128 requests, docs/engine-profiles.md)",
-                100.0,
+                "with dstack's DeepSeek-R1 rows of vLLM 0.7.4 on 8x H200 at 4 to 128 users and TGI v3's page's vLLM "
+                "0.6.4 rows: 0.48 -> 0.47, the 128-user DeepSeek-R1 rows still 1.4-2.5x over: their KV cache filled "
+                "before 128 requests, docs/engine-profiles.md)",
+                0.0,
                 2.0,
                 0.3,
-                kv=0.2,
+                kv=0.15,
             ),
         ),
     ),
