@@ -530,7 +530,6 @@ FIT_GRID = {
 
 FIT_ONLY: dict[tuple[str, str, str], tuple[str, ...]] = {
     ("onnxruntime", "nvidia", ""): ("prefill",),
-    ("sglang", "nvidia", "0.4.4"): ("moe", "burst"),
     ("llamacpp", "amd", ""): ("step_ms", "seq_us", "layer_us", "kv"),
     ("vllm", "amd", "format:fbgemm_fp8"): ("decode",),
 }
