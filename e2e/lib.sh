@@ -44,7 +44,9 @@ binpath() {
     kwok) v=$KWOK_VERSION ;;
     helm) v=$HELM_VERSION ;;
     keda-operator | keda-adapter) v=$KEDA_VERSION ;;
-    prometheus | promtool) v=$PROMETHEUS_VERSION ;;
+    # -k8s-sd: built with Kubernetes service discovery (e2e/build-binaries); the cache name changed with it so that
+    # a binary built before without any SD is not reused.
+    prometheus | promtool) v=$PROMETHEUS_VERSION-k8s-sd ;;
     kube-score) v=$KUBE_SCORE_VERSION ;;
     actionlint) v=$ACTIONLINT_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
