@@ -4,9 +4,10 @@
     our PyTorch runner (real engine process)    --PodMonitor's endpoint and relabelings----->  Prometheus (1 s)
     the chart's PrometheusRule spec             --rule_files (evaluated every second)------->  Prometheus
 
-The chart is rendered by helm with every monitoring toggle on. Prometheus here has no Kubernetes service discovery
-(e2e/build-binaries builds it with remove_all_sd), so the two scrape jobs are written as the Prometheus Operator
-would generate them from the chart's ServiceMonitor and PodMonitor: the PodMonitor's target carries the
+The chart is rendered by helm with every monitoring toggle on. The operator and the engine are processes on this host,
+not pods Prometheus could discover (KWOK's pods run nothing; e2e/test_real_autoscaling.py discovers real engine pods
+through the API server with ib_testkit.podmonitor), so the two scrape jobs are static, written as the Prometheus
+Operator would generate them from the chart's ServiceMonitor and PodMonitor: the PodMonitor's target carries the
 __meta_kubernetes_* labels of the backend's real pod (read from the API server: the pod the operator's Deployment
 made), then the Operator's own relabeling (keep the selected pods and port; namespace, pod, container, job) and
 the chart's relabelings verbatim. So the engine series get the labels the rules and dashboards group by from the
