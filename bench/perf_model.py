@@ -529,15 +529,16 @@ FIT_GRID = {
 
 
 FIT_ONLY: dict[tuple[str, str, str], tuple[str, ...]] = {
-    ("onnxruntime", "nvidia", ""): ("prefill",),
+    ("onnxruntime", "nvidia", ""): ("prefill", "decode", "step_ms"),
     ("llamacpp", "amd", ""): ("step_ms", "seq_us", "layer_us", "kv"),
     ("vllm", "amd", "format:fbgemm_fp8"): ("decode",),
 }
 """Entries whose rows inform only some factors, and which the fit varies alone: ONNX Runtime's GPU rows are prompt
-latencies (the Mistral ONNX model card), so only its prefill rate is fitted; the rest of the entry stays an
-estimate for our runner. llama.cpp's MI300X rows are single-stream tokens/s over prompt and generation together
-(LLM-Inference-Bench's pg test): the decode step and its growth with context are what they measure, not the
-prefill rate. ROCm vLLM's row-wise FP8 path (Meta's checkpoints) has three rows of one source: only its decode
+latencies (the Mistral ONNX model card): one step per row, so its prefill rate, the share of the bandwidth its
+weight reads reach (a 32-token prompt's step is bound by them) and its step overhead are fitted; the rest of the
+entry (per-sequence and per-request costs, the wave share) stays an estimate for our runner. llama.cpp's MI300X
+rows are single-stream tokens/s over prompt and generation together (LLM-Inference-Bench's pg test): the decode
+step and its growth with context are what they measure, not the prefill rate. ROCm vLLM's row-wise FP8 path (Meta's checkpoints) has three rows of one source: only its decode
 share is fitted, the rest is the per-tensor FP8 entry's."""
 
 
