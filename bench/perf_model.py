@@ -538,8 +538,9 @@ latencies (the Mistral ONNX model card): one step per row, so its prefill rate, 
 weight reads reach (a 32-token prompt's step is bound by them) and its step overhead are fitted; the rest of the
 entry (per-sequence and per-request costs, the wave share) stays an estimate for our runner. llama.cpp's MI300X
 rows are single-stream tokens/s over prompt and generation together (LLM-Inference-Bench's pg test): the decode
-step and its growth with context are what they measure, not the prefill rate. ROCm vLLM's row-wise FP8 path (Meta's checkpoints) has three rows of one source: only its decode
-share is fitted, the rest is the per-tensor FP8 entry's."""
+step and its growth with context are what they measure, not the prefill rate. ROCm vLLM's row-wise FP8 path
+(Meta's checkpoints) has three rows of one source: only its decode share is fitted, the rest is the per-tensor FP8
+entry's."""
 
 
 def _slot(c: Case) -> tuple[str, str, str]:
