@@ -43,7 +43,8 @@ def test_engines_and_gpus_rank_as_measured_in_most_pairs() -> None:
     r = perf_model.rankings([c for cs in _cases().values() for c in cs])
     # 239 of 254 (15 ties; 9 unjudgeable) when written. Seven of the 15 disagreements are dstack's vLLM 0.7.4 rows on
     # 8x H200 at 128 DeepSeek-R1 users: their KV cache filled before 128 requests (TTFT 83 s against 14 s at 64,
-    # throughput flat from 64 users), a capacity the model overestimates (docs/engine-profiles.md, "Known misses").
+    # throughput flat from 64 users), a capacity the model overestimates (docs/engine-profiles.md: "What still
+    # disagrees").
     assert r.total >= 20 and r.agree / r.total >= 0.94, r.bad
 
 
