@@ -43,6 +43,7 @@ import yaml
 from ib_testkit import ROOT, free_port
 from ib_testkit.autoscaling import Proc, lib_sh, start_prometheus, wait_http
 from ib_testkit.cluster import Operator, apply, example, get_json, kubectl, tool, wait_phase
+from ib_testkit.podmonitor import relabel_config, sanitize, scrape_configs
 
 CHART = ROOT / "charts/inference-backend"
 SYSTEM_NS = "ib-system"
@@ -51,6 +52,7 @@ TTFT_OBJECTIVE_MS = 1
 MONITORING = (
     "monitoring.serviceMonitor.enabled=true",
     "monitoring.podMonitor.enabled=true",
+    "monitoring.podMonitor.interval=1s",  # the generated job's scrape_interval (15 s by default): rates in 30 s windows
     "monitoring.prometheusRule.enabled=true",
     "monitoring.dashboards.enabled=true",
 )
@@ -160,19 +162,6 @@ def metrics_operator(ready: None, sa_kubeconfig: str, e2e_dir: Path) -> Iterator
     op.stop()
 
 
-def _snake(key: str) -> str:
-    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key)
-
-
-def _relabel(rule: dict[str, Any]) -> dict[str, Any]:
-    """A monitoring.coreos.com RelabelConfig (camelCase) as Prometheus's relabel_config."""
-    return {_snake(k): v for k, v in rule.items()}
-
-
-def _sanitize(label: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_]", "_", label)
-
-
 def service_monitor_job(sm: dict[str, Any], service: dict[str, Any], target: str) -> dict[str, Any]:
     """The scrape job the Prometheus Operator generates for the chart's ServiceMonitor, its one target being the
     local operator (as an endpoint of the metrics Service)."""
@@ -189,7 +178,7 @@ def service_monitor_job(sm: dict[str, Any], service: dict[str, Any], target: str
                     "__meta_kubernetes_service_name": name,
                     "__meta_kubernetes_endpoint_port_name": ep["port"],
                     **{
-                        f"__meta_kubernetes_service_label_{_sanitize(k)}": v
+                        f"__meta_kubernetes_service_label_{sanitize(k)}": v
                         for k, v in service["metadata"]["labels"].items()
                     },
                 },
@@ -197,50 +186,38 @@ def service_monitor_job(sm: dict[str, Any], service: dict[str, Any], target: str
         ],
         "relabel_configs": [
             *(
-                {"source_labels": [f"__meta_kubernetes_service_label_{_sanitize(k)}"], "regex": v, "action": "keep"}
+                {"source_labels": [f"__meta_kubernetes_service_label_{sanitize(k)}"], "regex": v, "action": "keep"}
                 for k, v in sm["spec"]["selector"]["matchLabels"].items()
             ),
             {"source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": ep["port"], "action": "keep"},
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service"},
             {"target_label": "endpoint", "replacement": ep["port"]},
-            *(_relabel(r) for r in ep.get("relabelings") or []),
+            *(relabel_config(r) for r in ep.get("relabelings") or []),
         ],
     }
 
 
 def pod_monitor_job(pm: dict[str, Any], pod: dict[str, Any], target: str) -> dict[str, Any]:
-    """The scrape job the Prometheus Operator generates for the chart's PodMonitor, its one target being the real
-    engine process standing for ``pod`` (the backend's pod in the API server: its labels, name, namespace)."""
+    """The scrape job the Prometheus Operator generates for the chart's PodMonitor (ib_testkit.podmonitor, the one
+    e2e/test_real_autoscaling.py runs with Kubernetes discovery), its one target being the real engine process
+    standing for ``pod`` (the backend's pod in the API server: its labels, name, namespace, phase) in place of the
+    pod discovery."""
     (ep,) = pm["spec"]["podMetricsEndpoints"]
     (container,) = pod["spec"]["containers"]
     meta = {
         "__meta_kubernetes_namespace": pod["metadata"]["namespace"],
         "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+        "__meta_kubernetes_pod_phase": pod["status"].get("phase", ""),
         "__meta_kubernetes_pod_container_name": container["name"],
         "__meta_kubernetes_pod_container_port_name": ep["port"],
     }
     for k, v in pod["metadata"]["labels"].items():
-        meta[f"__meta_kubernetes_pod_label_{_sanitize(k)}"] = v
-        meta[f"__meta_kubernetes_pod_labelpresent_{_sanitize(k)}"] = "true"
-    return {
-        "job_name": f"podMonitor/{pm['metadata']['namespace']}/{pm['metadata']['name']}/0",
-        "metrics_path": ep["path"],
-        "static_configs": [{"targets": [target], "labels": meta}],
-        "relabel_configs": [
-            *(
-                {"source_labels": [f"__meta_kubernetes_pod_label_{_sanitize(k)}"], "regex": v, "action": "keep"}
-                for k, v in pm["spec"]["selector"]["matchLabels"].items()
-            ),
-            {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": ep["port"], "action": "keep"},
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {"source_labels": ["__meta_kubernetes_pod_container_name"], "target_label": "container"},
-            {"target_label": "job", "replacement": f"{pm['metadata']['namespace']}/{pm['metadata']['name']}"},
-            {"target_label": "endpoint", "replacement": ep["port"]},
-            *(_relabel(r) for r in ep.get("relabelings") or []),
-        ],
-    }
+        meta[f"__meta_kubernetes_pod_label_{sanitize(k)}"] = v
+        meta[f"__meta_kubernetes_pod_labelpresent_{sanitize(k)}"] = "true"
+    (job,) = scrape_configs(pm, kubeconfig="")
+    del job["kubernetes_sd_configs"]
+    return {**job, "static_configs": [{"targets": [target], "labels": meta}]}
 
 
 def api(prom: str, path: str, **params: str) -> Any:
