@@ -107,8 +107,8 @@ def test_expressions_job_label_and_no_running_filter() -> None:
         "regex": "true",
     }
     owner = sanitize("team.example/owner")
-    assert {"source_labels": [f"__meta_kubernetes_pod_label_{owner}"], "target_label": owner, "regex": "(.+)",
-            "replacement": "${1}"} in rules  # fmt: skip
+    copied = {"source_labels": [f"__meta_kubernetes_pod_label_{owner}"], "target_label": owner}
+    assert {**copied, "regex": "(.+)", "replacement": "${1}"} in rules
     job_rules = [r for r in rules if r.get("target_label") == "job"]
     assert job_rules[-1]["source_labels"] == ["__meta_kubernetes_pod_label_app_kubernetes_io_name"]
     assert rules[-2]["modulus"] == 2 and rules[-1]["regex"] == "1"
