@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 from ib_testkit import ROOT, free_port
-from ib_testkit.autoscaling import Keda, NetNS, Proc, missing_pieces, start_prometheus, wait_http
+from ib_testkit.autoscaling import Keda, Proc, missing_pieces, running_keda, start_prometheus, wait_http
 from ib_testkit.cluster import EXAMPLES, Operator, apply, chart_helm_args, example, get_json, kubectl, wait_phase
 
 BURST_SECONDS = int(os.environ.get("E2E_AUTOSCALING_BURST_SECONDS", "40"))
@@ -119,13 +119,8 @@ def prometheus_port() -> int:
 
 @pytest.fixture(scope="module")
 def keda(chain_ready: None, workdir: Path, kube_http: Any) -> Iterator[Keda]:
-    port = int(urllib.parse.urlparse(str(kube_http.base_url)).port or 443)
-    k = Keda(workdir / "keda", os.environ["KUBECONFIG"], NetNS.for_cluster(port), kubectl)
-    try:
-        k.start()
+    with running_keda(workdir / "keda", kube_http, kubectl) as k:
         yield k
-    finally:
-        k.stop()
 
 
 @pytest.fixture(scope="module")

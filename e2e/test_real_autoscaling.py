@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 from ib_testkit import free_port
-from ib_testkit.autoscaling import Keda, NetNS, missing_pieces, start_prometheus
+from ib_testkit.autoscaling import Keda, missing_pieces, running_keda, start_prometheus
 from ib_testkit.cluster import CHART, Operator, apply, chart_helm_args, get_json, kubectl, tool, wait_phase
 from ib_testkit.podmonitor import scrape_configs
 from ib_testkit.real_nodes import TINY_FACTS, completion, real_backend
@@ -99,13 +99,8 @@ def pod_monitor(helm_args: tuple[str, ...]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def keda(chain: None, workdir: Path, kube_http: Any) -> Iterator[Keda]:
-    port = int(urllib.parse.urlparse(str(kube_http.base_url)).port or 443)
-    k = Keda(workdir / "keda", os.environ["KUBECONFIG"], NetNS.for_cluster(port), kubectl)
-    try:
-        k.start()
+    with running_keda(workdir / "keda", kube_http, kubectl) as k:
         yield k
-    finally:
-        k.stop()
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +288,7 @@ class Keda:
                 self.installed_crds.append(name)  # removed again by stop(): other modules test a cluster without
             self.kubectl("apply", "--server-side", "--field-manager=ib-e2e", "-f", str(f))
         wait_established("scaledobjects.keda.sh", kubeconfig=self.kubeconfig)
+        self._wait_namespace_gone_if_terminating()
         if not self.kubectl("get", "namespace", KEDA_NS, "--ignore-not-found", "-o", "name").strip():
             self.kubectl("create", "namespace", KEDA_NS)
             self.created_namespace = True
@@ -393,6 +396,18 @@ class Keda:
             stdin=yaml.safe_dump_all(docs),
         )
 
+    def _wait_namespace_gone_if_terminating(self, timeout: float = 180) -> None:
+        """A previous module's stop() deletes the namespace without waiting: while it terminates, the adapter's
+        Service and Endpoints created in it would be deleted with it (the APIService then fails and no HPA reads the
+        metric), so a terminating namespace is waited out and created again."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            phase = self.kubectl("get", "namespace", KEDA_NS, "--ignore-not-found", "-o", "jsonpath={.status.phase}")
+            if phase.strip() != "Terminating":
+                return
+            time.sleep(1)
+        raise RuntimeError(f"namespace {KEDA_NS} still Terminating after {timeout:.0f}s")
+
     def check_alive(self) -> None:
         for p in self.procs:
             p.check_alive()
@@ -410,3 +425,18 @@ class Keda:
             self.kubectl("delete", "crd", name, "--ignore-not-found", "--timeout=60s", check=False)
         if self.created_namespace:
             self.kubectl("delete", "namespace", KEDA_NS, "--ignore-not-found", "--wait=false", check=False)
+
+
+@contextmanager
+def running_keda(workdir: Path, kube_http: Any, kubectl: Any) -> Iterator[Keda]:
+    """KEDA started against the e2e cluster ($KUBECONFIG; its network namespace for the API server's port), stopped
+    again on the way out: the one fixture body of the KWOK and real-node autoscaling tests."""
+    import urllib.parse
+
+    port = int(urllib.parse.urlparse(str(kube_http.base_url)).port or 443)
+    k = Keda(workdir, os.environ["KUBECONFIG"], NetNS.for_cluster(port), kubectl)
+    try:
+        k.start()
+        yield k
+    finally:
+        k.stop()
