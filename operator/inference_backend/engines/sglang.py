@@ -282,8 +282,9 @@ PERFORMANCE = Performance(
                 FITTED + " (SGLang 0.4.2.post4 on 8x MI300X, ROCm 6.3, DeepSeek-R1 FP8: dstack's study, 3,200-token "
                 "prompts at 4 to 128 users and 800 to 6,400 output tokens, 6 rows not held out): the first ROCm "
                 "DeepSeek-R1 support, before AMD's AITER MLA and MoE kernels (ROCm blog 'Supercharge DeepSeek-R1 "
-                "Inference on AMD Instinct MI300X', 2025-03-21); its decode reads weights at the H200 rows' share, so "
-                "the MI300X's bandwidth puts it ahead at 4 to 32 users as measured (clipped mean |log2| 0.17 -> 0.12)",
+                "Inference on AMD Instinct MI300X', 2025-03-21); its decode reads the weights at 0.4 of the bandwidth "
+                "(the H200 rows' entry below: 0.3), so the MI300X comes out ahead at 4 to 16 users as measured "
+                "(clipped mean |log2| 0.17 -> 0.12)",
                 0.0,
                 0.5,
                 0.05,
