@@ -116,8 +116,11 @@ def test_leader_change_in_cluster(in_cluster: list[str], rns: str, wait_until: A
     generation = ib(rns, "led")["metadata"]["generation"]
 
     def reconciled() -> dict[str, Any] | None:
+        # observedGeneration comes with the operator's first status after the change, while the Deployment may not
+        # have started its second pod yet (status "1/1", seen once in CI): the change is reconciled once both serve
         st = ib(rns, "led").get("status") or {}
-        return st if st.get("observedGeneration") == generation and st.get("phase") == "Ready" else None
+        done = st.get("observedGeneration") == generation and st.get("phase") == "Ready" and st.get("ready") == "2/2"
+        return st if done else None
 
     after = wait_until("the change reconciled after the leader went", reconciled, timeout=600)
     took_over_in = time.monotonic() - t2
