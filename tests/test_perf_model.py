@@ -10,9 +10,9 @@ import pytest
 from bench import perf_model
 
 # The bounds this code meets with a small margin (docs/engine-profiles.md, "Calibration set and measured error":
-# median 0.18 / 0.24, 92.1% / 93.1% within 2x when written; 92.2% / 93.9% before dstack's DeepSeek-R1 rows were
-# read whole and TGI v3's page's rows were added). The issue's targets, a median |log2| of 0.32 and 90% of the
-# figures within 2x, hold on both sets.
+# median 0.17 / 0.23, 92.8% / 92.7% within 2x when written; 92.1% / 93.1% before the wave fix, 92.2% / 93.9% before
+# dstack's DeepSeek-R1 rows were read whole and TGI v3's page's rows were added). The issue's targets, a median
+# |log2| of 0.32 and 90% of the figures within 2x, hold on both sets.
 MEDIAN = {"fitted": 0.22, "held-out": 0.27}
 WITHIN_2X = {"fitted": 0.90, "held-out": 0.92}
 
@@ -41,11 +41,11 @@ def test_the_model_error_is_bounded_on_fitted_and_held_out_rows() -> None:
 
 def test_engines_and_gpus_rank_as_measured_in_most_pairs() -> None:
     r = perf_model.rankings([c for cs in _cases().values() for c in cs])
-    # 239 of 254 (15 ties; 9 unjudgeable) when written. Seven of the 15 disagreements are dstack's vLLM 0.7.4 rows on
+    # 244 of 254 (15 ties; 9 unjudgeable) when written. Four of the 10 disagreements are dstack's vLLM 0.7.4 rows on
     # 8x H200 at 128 DeepSeek-R1 users: their KV cache filled before 128 requests (TTFT 83 s against 14 s at 64,
     # throughput flat from 64 users), a capacity the model overestimates (docs/engine-profiles.md: "What still
     # disagrees").
-    assert r.total >= 20 and r.agree / r.total >= 0.94, r.bad
+    assert r.total >= 20 and r.agree / r.total >= 0.95, r.bad
 
 
 def test_only_pairs_measured_within_the_tie_rule_are_ties() -> None:
@@ -120,7 +120,7 @@ def test_mi300x_and_tgi_rank_as_the_published_rows_rank_them() -> None:
     TGI (against another engine, same GPU): the estimate orders their tokens/s as the measurement does."""
     cases = [c for cs in _cases().values() for c in cs]
     r = perf_model.rankings(cases, involving=("AMD_Instinct_MI300X_OAM", "tgi"))
-    assert r.total >= 5 and r.agree / r.total >= 0.8, r.bad  # MI300X 40/48, TGI 7/7 (rest unjudgeable) when written
+    assert r.total >= 5 and r.agree / r.total >= 0.8, r.bad  # MI300X 44/48, TGI 7/7 (rest unjudgeable) when written
 
 
 def test_a_replicas_most_throughput_is_the_peak_over_concurrency_not_its_value_at_the_kv_limit() -> None:

@@ -252,7 +252,7 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.55, 0.40, 1.0, 15.0, 2.0, _AIC_FIT, 200.0, 0.5, 0.2),
+        "nvidia": Efficiency(0.75, 0.40, 0.5, 15.0, 20.0, _AIC_FIT, 200.0, 0.5, 0.15),
         "amd": Efficiency(
             0.30,
             0.30,
@@ -299,14 +299,15 @@ PERFORMANCE = Performance(
                 0.30,
                 0.5,
                 150.0,
-                2.0,
+                80.0,
                 FITTED + " (dstack's DeepSeek-R1 study on SGLang 0.4.3.post2, 8x H200, --enable-dp-attention, which "
                 "the rows state and the model rates: workload.Device.attention_dp; every factor fitted once the study "
                 "was read whole, 9 rows not held out at 4 to 128 users and 800 to 6,400 output tokens: clipped mean "
                 "|log2| 0.55 -> 0.26; before, with 4 rows, only moe and burst): the first DeepSeek-R1 support's MLA "
                 "and block-FP8 MoE kernels, with 3,200-token prompts of equal length prefilled first in waves, made "
                 "TTFT 10x the pinned factors'; the cut-off lies between these rows and GPUStack's SGLang 0.5.3 MoE "
-                "rows, which the pinned factors rate; SGLang 0.3.0's dense rows keep the pinned factors",
+                "rows, which the pinned factors rate; SGLang 0.3.0's dense rows keep the pinned factors; request_ms "
+                "refitted once the wave wait counted prompt steps only (selection/perf.py gpu_performance)",
                 200.0,
                 0.5,
                 0.05,

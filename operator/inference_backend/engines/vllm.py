@@ -346,7 +346,7 @@ _AIC_FIT = (
 )
 PERFORMANCE = Performance(
     efficiency={
-        "nvidia": Efficiency(0.45, 0.90, 3.0, 150.0, 40.0, _AIC_FIT, 0.0, 0.05, 0.5),
+        "nvidia": Efficiency(0.45, 0.90, 3.0, 150.0, 40.0, _AIC_FIT, 0.0, 0.1, 0.5),
         "amd": Efficiency(
             0.10,
             0.30,
@@ -389,10 +389,10 @@ PERFORMANCE = Performance(
             "nvidia",
             "0.8",
             Efficiency(
-                0.45,
+                0.30,
                 0.70,
                 0.5,
-                50.0,
+                5.0,
                 80.0,
                 FITTED + " (vLLM 0.4-0.7 on A10G, L40S, H100, H200: Hugging Face llmperf, MLPerf 4.1, SGLang's v0.6 "
                 "benchmark, dstack rows): the V0 engine, the default before 0.8.0, scheduled the waiting prompts "
@@ -401,11 +401,12 @@ PERFORMANCE = Performance(
                 "fit with the kv factor and a 2 ms step: clipped mean |log2| 0.36 -> 0.32 on these rows; refitted "
                 "with dstack's DeepSeek-R1 rows of vLLM 0.7.4 on 8x H200 at 4 to 128 users and TGI v3's page's vLLM "
                 "0.6.4 rows: 0.48 -> 0.47, the 128-user DeepSeek-R1 rows still 1.4-2.5x over: their KV cache filled "
-                "before 128 requests, docs/engine-profiles.md)",
+                "before 128 requests, docs/engine-profiles.md; refitted once the wave wait counted prompt steps "
+                "only, selection/perf.py gpu_performance: 0.52 -> 0.46)",
                 0.0,
                 2.0,
                 0.3,
-                kv=0.15,
+                kv=0.08,
             ),
         ),
     ),
@@ -414,18 +415,19 @@ PERFORMANCE = Performance(
             "amd",
             "fp8",
             Efficiency(
-                0.45,
+                0.55,
                 0.40,
-                6.0,
+                8.0,
                 150.0,
-                2.0,
+                80.0,
                 FITTED
                 + " (ROCm vLLM 0.4-0.7 in FP8 on MI300X: MLPerf 4.1, dstack, Oracle rows; refitted with dstack's "
-                "DeepSeek-R1 rows at 4 to 128 users and 800 to 6,400 output tokens: clipped mean |log2| 0.38 -> 0.21)",
+                "DeepSeek-R1 rows at 4 to 128 users and 800 to 6,400 output tokens: clipped mean |log2| 0.38 -> 0.21; "
+                "refitted once the wave wait counted prompt steps only: 0.21 -> 0.19)",
                 0.0,
-                0.75,
+                1.0,
                 0.05,
-                kv=0.15,
+                kv=0.2,
             ),
         ),
         (

@@ -290,8 +290,10 @@ def gpu_performance(p: Placed, load: Workload, sku: str, fmt: str) -> Prediction
             f"this load" + ("" if name == "exact" else f" (the nearest table model: {name})") + other
         )
     wait = 0.0
-    if load.concurrency is not None:
-        wait = p.efficiency.burst * max(base.running - 1, 0) / 2 * alone * r_ttft
+    if load.concurrency is not None:  # the wave's prompts: their prefill queues, their requests' HTTP and tokenizing
+        # (request_ms) do not: the server takes the wave's requests concurrently
+        prompt_step = max(alone - p.efficiency.request_ms, 0.0)
+        wait = p.efficiency.burst * max(base.running - 1, 0) / 2 * prompt_step * r_ttft
     tpot = base.tpot_ms * r_tpot
     ttft = (base.ttft_ms - base.queued_ms) * r_ttft + wait  # in the batch, before any queue for a place in it
     ttft95 = (base.ttft_p95_ms - base.queued_ms) * r_ttft + 2 * wait * 0.95
