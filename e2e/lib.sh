@@ -17,36 +17,39 @@ modver() {
 
 KUBE_VERSION=$(modver kubernetes k8s.io/kubernetes)
 ETCD_VERSION=$(modver etcd go.etcd.io/etcd/server/v3)
-KWOK_VERSION=$(modver kwok sigs.k8s.io/kwok)
-HELM_VERSION=$(modver helm helm.sh/helm/v4)
+KWOK_VERSION=$(modver tools sigs.k8s.io/kwok)
+HELM_VERSION=$(modver tools helm.sh/helm/v4)
 KEDA_VERSION=$(modver keda github.com/kedacore/keda/v2)
-PROMETHEUS_VERSION=$(modver prometheus github.com/prometheus/prometheus)
+PROMETHEUS_VERSION=$(modver tools github.com/prometheus/prometheus)
 KUBE_SCORE_VERSION=$(modver kube-score github.com/zegl/kube-score)
 ACTIONLINT_VERSION=$(modver actionlint github.com/rhysd/actionlint)
 LWS_VERSION=$(modver lws sigs.k8s.io/lws)
 GIE_VERSION=$(modver gie sigs.k8s.io/gateway-api-inference-extension)
-CONTAINERD_VERSION=$(modver containerd github.com/containerd/containerd/v2)
+CONTAINERD_VERSION=$(modver tools github.com/containerd/containerd/v2)
 CNI_PLUGINS_VERSION=$(modver cni-plugins github.com/containernetworking/plugins)
-COREDNS_VERSION=$(modver coredns github.com/coredns/coredns)
+COREDNS_VERSION=$(modver tools github.com/coredns/coredns)
 RUNC_VERSION=$(modver runc github.com/opencontainers/runc)
 KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
+# TOOLS_KEY: the binaries built from gomod/tools are named after their release and this digest of its go.sum, the
+# dependency versions they share: a change to any of them builds them all again.
+TOOLS_KEY=$(sha256sum "$E2E_SRC/gomod/tools/go.sum" | cut -c1-10)
 
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
 binpath() {
   local v
   case "$1" in
     kube-apiserver | kube-controller-manager | kube-scheduler | kube-expansion | kubelet | kube-proxy) v=$KUBE_VERSION ;;
-    containerd | containerd-shim-runc-v2 | ctr) v=$CONTAINERD_VERSION ;;
+    containerd | containerd-shim-runc-v2 | ctr) v=$CONTAINERD_VERSION-$TOOLS_KEY ;;
     cni-plugins) v=$CNI_PLUGINS_VERSION ;; # a directory: bridge, host-local, loopback, portmap (CNI wants those names)
-    coredns) v=$COREDNS_VERSION ;;
+    coredns) v=$COREDNS_VERSION-$TOOLS_KEY ;;
     runc) v=$RUNC_VERSION ;;
     etcd) v=$ETCD_VERSION ;;
-    kwok) v=$KWOK_VERSION ;;
-    helm) v=$HELM_VERSION ;;
+    kwok) v=$KWOK_VERSION-$TOOLS_KEY ;;
+    helm) v=$HELM_VERSION-$TOOLS_KEY ;;
     keda-operator | keda-adapter) v=$KEDA_VERSION ;;
     # -k8s-sd: built with Kubernetes service discovery (e2e/build-binaries); the cache name changed with it so that
     # a binary built before without any SD is not reused.
-    prometheus | promtool) v=$PROMETHEUS_VERSION-k8s-sd ;;
+    prometheus | promtool) v=$PROMETHEUS_VERSION-k8s-sd-$TOOLS_KEY ;;
     kube-score) v=$KUBE_SCORE_VERSION ;;
     actionlint) v=$ACTIONLINT_VERSION ;;
     lws-controller-manager) v=$LWS_VERSION ;;
