@@ -34,6 +34,13 @@ KUBECTL_VERSION=v$KUBECTL_WHEEL_VERSION
 # dependency versions they share: a change to any of them builds them all again.
 TOOLS_KEY=$(sha256sum "$E2E_SRC/gomod/tools/go.sum" | cut -c1-10)
 
+# go_build_env: the environment of every go build here (e2e/build-binaries, e2e/build-picker). -dwarf=false: the
+# compiler skips the debug info that -ldflags -w drops at link anyway (k8s.io/client-go/kubernetes on 2 cores, empty
+# GOCACHE: 57 -> 49 s, 520 -> 407 MB of cache).
+go_build_env() {
+  export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-mod=mod -buildvcs=false -gcflags=all=-dwarf=false"
+}
+
 # binpath NAME: where the cached binary for NAME lives (it may not exist yet).
 binpath() {
   local v
