@@ -548,6 +548,7 @@ _MI300 = "AMD Instinct MI300X / MI325X datasheets: 1307.4 TFLOPS bf16, 2614.9 fp
 _MI350 = "AMD Instinct MI350 series datasheet: MI355X 2.5 PF fp16, 5.0 PF fp8 dense (MI350X 2.3 / 4.6)"
 
 
+_A10G_RATE = " (AWS publishes no A10G tensor rate: the A10's is taken)"
 _G5_ALLREDUCE_GBS = 4.0
 _G5 = (
     "; link: AWS G5 instances give their A10Gs no peer-to-peer access (TensorRT-LLM issue #1487 on g5.12xlarge: 'peer"
@@ -581,7 +582,7 @@ PERF: dict[str, SkuPerf] = {
     "A100-PCIe-40GB": _p(312, None, 624, 32, _A100 + _AIC.format("a100_pcie")),
     "A100-PCIe-80GB": _p(312, None, 624, 32, _A100 + _AIC.format("a100_pcie")),
     "A30-24GB": _p(165, None, 330, 32, _AMP + _AIC.format("a30")),
-    "A10G-24GB": _p(125, None, 250, _G5_ALLREDUCE_GBS, _AMP + " (AWS publishes no A10G tensor rate: the A10's is taken)" + _G5),
+    "A10G-24GB": _p(125, None, 250, _G5_ALLREDUCE_GBS, _AMP + _A10G_RATE + _G5),
     "A10-24GB": _p(125, None, 250, 32, _AMP),
     "A40-48GB": _p(149.7, None, 299.3, 32, _AMP),
     "RTX-A6000-48GB": _p(154.8, None, 309.7, 32, _AMP),
