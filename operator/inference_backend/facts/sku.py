@@ -147,5 +147,6 @@ class SkuPerf:
     """int8 dense tensor TOPS (w8a8 int8 models)."""
     link_gbs: float
     """Per-device bandwidth to the other devices of a node, one direction, GB/s (NVLink, Infinity Fabric, Gaudi's
-    RoCE links, or the PCIe slot when there is no device link): bounds tensor-parallel all-reduces."""
+    RoCE links, or the PCIe slot when there is no device link; less where the platform routes GPU-to-GPU traffic
+    through host memory: AWS G5's A10Gs): bounds tensor-parallel all-reduces."""
     source: str
